@@ -1,0 +1,286 @@
+"""The byte-level grammar language every constraint compiles into.
+
+A constraint (regex, JSON schema) becomes a `Grammar`: named rules whose
+bodies are trees of five node kinds over *bytes*:
+
+- `ByteSet`: one byte out of a set (a 256-bit mask);
+- `Seq`: concatenation;  `Alt`: alternation;
+- `Repeat`: `item{min,max}` (`max=None` is unbounded);
+- `Ref`: a call to another rule, which is how recursion is expressed.
+
+Nodes are immutable and hashable. Build them with the smart constructors
+(`seq`, `alt`, `repeat`, `literal`, `codepoints`, ...), which simplify as they
+go: `seq(x, NOTHING)` is `NOTHING`, `alt(x, NOTHING)` is `x`, and single-byte
+alternatives merge into one `ByteSet`.
+
+Example:
+    >>> digit = byte_range(ord("0"), ord("9"))
+    >>> number = seq(optional(literal(b"-")), plus(digit))
+    >>> Grammar({"start": number}).start_node is number
+    True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Union
+
+__all__ = [
+    "ByteSet", "Seq", "Alt", "Repeat", "Ref", "Node", "Grammar",
+    "EMPTY", "NOTHING", "ANY_BYTE",
+    "byteset", "byte_range", "literal", "seq", "alt", "repeat", "optional", "star", "plus",
+    "codepoints", "utf8_sequences", "MAX_CODEPOINT",
+]
+
+MAX_CODEPOINT = 0x10FFFF
+_SURROGATES = (0xD800, 0xDFFF)
+
+
+@dataclass(frozen=True, slots=True)
+class ByteSet:
+    """One byte whose value is in `mask` (bit b set means byte b is allowed)."""
+
+    mask: int
+
+    def __contains__(self, byte: int) -> bool:
+        return bool(self.mask >> byte & 1)
+
+    def bytes(self) -> list[int]:
+        return [b for b in range(256) if self.mask >> b & 1]
+
+
+@dataclass(frozen=True, slots=True)
+class Seq:
+    items: tuple["Node", ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Alt:
+    items: tuple["Node", ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Repeat:
+    item: "Node"
+    min: int
+    max: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Ref:
+    """A call to the rule `name` of the enclosing `Grammar`."""
+
+    name: str
+
+
+Node = Union[ByteSet, Seq, Alt, Repeat, Ref]
+
+EMPTY: Node = Seq(())       # matches only the empty string
+NOTHING: Node = Alt(())     # matches nothing at all
+ANY_BYTE: Node = ByteSet((1 << 256) - 1)
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """Named rules; `start` names the rule a match must derive.
+
+    Rules may call each other (and themselves) through `Ref`; the automaton
+    bounds the call depth, which is how recursive schemas are unrolled.
+    """
+
+    rules: Mapping[str, Node]
+    start: str = "start"
+    # Free-form facts the compiler wants to pass on (e.g. whitespace policy).
+    info: Mapping[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.start not in self.rules:
+            raise ValueError(f"start rule {self.start!r} is not defined")
+        for name, body in self.rules.items():
+            for ref in _refs(body):
+                if ref not in self.rules:
+                    raise ValueError(f"rule {name!r} calls undefined rule {ref!r}")
+
+    @property
+    def start_node(self) -> Node:
+        return self.rules[self.start]
+
+
+def _refs(node: Node) -> Iterable[str]:
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, Ref):
+            yield n.name
+        elif isinstance(n, (Seq, Alt)):
+            stack.extend(n.items)
+        elif isinstance(n, Repeat):
+            stack.append(n.item)
+
+
+# ---------------------------------------------------------------------------
+# Smart constructors
+
+
+def byteset(values: Iterable[int]) -> ByteSet:
+    """`ByteSet` of the given byte values."""
+    mask = 0
+    for v in values:
+        mask |= 1 << v
+    return ByteSet(mask)
+
+
+def byte_range(lo: int, hi: int) -> ByteSet:
+    """`ByteSet` of lo..hi inclusive: byte_range(0x30, 0x39) is `[0-9]`."""
+    if not 0 <= lo <= hi <= 255:
+        raise ValueError(f"bad byte range {lo}..{hi}")
+    return ByteSet(((1 << (hi - lo + 1)) - 1) << lo)
+
+
+def literal(data: bytes) -> Node:
+    """The exact byte string `data`."""
+    return seq(*(ByteSet(1 << b) for b in data))
+
+
+def seq(*items: Node) -> Node:
+    """Concatenation, flattened; any `NOTHING` makes the whole `NOTHING`."""
+    out: list[Node] = []
+    for item in items:
+        if item == NOTHING:
+            return NOTHING
+        if isinstance(item, Seq):
+            out.extend(item.items)
+        else:
+            out.append(item)
+    return out[0] if len(out) == 1 else Seq(tuple(out))
+
+
+def alt(*items: Node) -> Node:
+    """Alternation, flattened and deduplicated; single bytes merge into one set."""
+    mask = 0
+    others: list[Node] = []
+    seen: set[Node] = set()
+    stack = list(reversed(items))
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Alt):
+            stack.extend(reversed(item.items))
+        elif isinstance(item, ByteSet):
+            mask |= item.mask
+        elif item not in seen:
+            seen.add(item)
+            others.append(item)
+    out = ([ByteSet(mask)] if mask else []) + others
+    return out[0] if len(out) == 1 else Alt(tuple(out))
+
+
+def repeat(item: Node, lo: int, hi: int | None) -> Node:
+    """`item{lo,hi}`; `hi=None` means unbounded."""
+    if lo < 0 or (hi is not None and hi < lo):
+        raise ValueError(f"bad repetition bounds {{{lo},{hi}}}")
+    if hi == 0 or item == EMPTY:
+        return EMPTY
+    if item == NOTHING:
+        return EMPTY if lo == 0 else NOTHING
+    if lo == hi == 1:
+        return item
+    return Repeat(item, lo, hi)
+
+
+def optional(item: Node) -> Node:
+    return repeat(item, 0, 1)
+
+
+def star(item: Node) -> Node:
+    return repeat(item, 0, None)
+
+
+def plus(item: Node) -> Node:
+    return repeat(item, 1, None)
+
+
+# ---------------------------------------------------------------------------
+# Unicode code point sets -> UTF-8 byte automata
+
+
+def codepoints(ranges: Iterable[tuple[int, int]]) -> Node:
+    """One UTF-8 encoded character whose code point lies in one of `ranges`.
+
+    Surrogates (U+D800..U+DFFF) are never produced: they are not valid UTF-8.
+
+    Example:
+        >>> codepoints([(0x41, 0x42)]) == byte_range(0x41, 0x42)
+        True
+    """
+    branches = [
+        seq(*(byte_range(a, b) for a, b in s))
+        for lo, hi in _normalize(ranges)
+        for s in utf8_sequences(lo, hi)
+    ]
+    return alt(*branches)
+
+
+def utf8_sequences(lo: int, hi: int) -> list[list[tuple[int, int]]]:
+    """Split code points lo..hi into UTF-8 byte-range sequences.
+
+    Each result is a list of (min_byte, max_byte) per position; the union of
+    the sequences' byte strings is exactly the UTF-8 encodings of lo..hi
+    (surrogates excluded). This is the classic algorithm of RE2 / Rust's
+    `utf8-ranges`.
+
+    Example:
+        >>> utf8_sequences(0x00, 0xFF)
+        [[(0, 127)], [(194, 195), (128, 191)]]
+    """
+    out: list[list[tuple[int, int]]] = []
+    for a, b in _exclude_surrogates(lo, hi):
+        # Split by encoded length first: 1, 2, 3 and 4 bytes.
+        for x, y in ((0, 0x7F), (0x80, 0x7FF), (0x800, 0xFFFF), (0x10000, MAX_CODEPOINT)):
+            s, e = max(a, x), min(b, y)
+            if s <= e:
+                _split_same_length(s, e, out)
+    return out
+
+
+def _split_same_length(lo: int, hi: int, out: list[list[tuple[int, int]]]) -> None:
+    n = len(chr(lo).encode("utf-8", "surrogatepass"))
+    if n > 1:
+        for i in range(1, n):
+            m = (1 << (6 * i)) - 1
+            if lo & ~m != hi & ~m:
+                # lo and hi differ above the last i continuation bytes: cut the
+                # range so that those trailing bytes span their full 0x80..0xBF.
+                if lo & m:
+                    _split_same_length(lo, lo | m, out)
+                    _split_same_length((lo | m) + 1, hi, out)
+                    return
+                if hi & m != m:
+                    _split_same_length(lo, (hi & ~m) - 1, out)
+                    _split_same_length(hi & ~m, hi, out)
+                    return
+    a = chr(lo).encode("utf-8", "surrogatepass")
+    b = chr(hi).encode("utf-8", "surrogatepass")
+    out.append(list(zip(a, b)))
+
+
+def _exclude_surrogates(lo: int, hi: int) -> list[tuple[int, int]]:
+    s0, s1 = _SURROGATES
+    parts = []
+    if lo < s0:
+        parts.append((lo, min(hi, s0 - 1)))
+    if hi > s1:
+        parts.append((max(lo, s1 + 1), hi))
+    return [(a, b) for a, b in parts if a <= b]
+
+
+def _normalize(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sort and merge overlapping or adjacent ranges."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(ranges):
+        if not 0 <= lo <= hi <= MAX_CODEPOINT:
+            raise ValueError(f"bad code point range {lo:#x}..{hi:#x}")
+        if out and lo <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out

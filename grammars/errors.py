@@ -1,0 +1,93 @@
+"""Errors raised while compiling constraints.
+
+They live in `grammars/` because the compilers raise them; `constrained`
+re-exports them so users catch one hierarchy.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConstraintError",
+    "UnsupportedSchemaError",
+    "InvalidSchemaError",
+    "UnsupportedRegexError",
+    "RegexSyntaxError",
+    "StateBudgetError",
+]
+
+
+class ConstraintError(ValueError):
+    """Base class: a constraint could not be compiled or used."""
+
+
+class UnsupportedSchemaError(ConstraintError):
+    """A JSON-schema keyword cannot be enforced exactly.
+
+    Example:
+        >>> str(UnsupportedSchemaError("uniqueItems", "$.properties.tags"))
+        '`uniqueItems` is not supported at $.properties.tags.uniqueItems'
+    """
+
+    def __init__(self, keyword: str, path: str = "$", reason: str = "") -> None:
+        self.keyword = keyword
+        self.path = path
+        self.reason = reason
+        where = f"{path}.{keyword}" if keyword else path
+        msg = f"`{keyword}` is not supported at {where}"
+        super().__init__(f"{msg}: {reason}" if reason else msg)
+
+
+class InvalidSchemaError(ConstraintError):
+    """The schema itself is malformed (wrong type for a keyword, bad JSON, ...).
+
+    Example:
+        >>> str(InvalidSchemaError("`maxLength` must be a non-negative integer", "$.properties.name", -1))
+        '`maxLength` must be a non-negative integer at $.properties.name, got -1'
+    """
+
+    _MISSING = object()
+
+    def __init__(self, message: str, path: str = "$", value: object = _MISSING) -> None:
+        self.path = path
+        text = f"{message} at {path}"
+        if value is not InvalidSchemaError._MISSING:
+            text += f", got {value!r}"
+        super().__init__(text)
+
+
+class RegexSyntaxError(ConstraintError):
+    """The pattern is not a valid regular expression."""
+
+    def __init__(self, pattern: str, message: str, position: int | None = None) -> None:
+        self.pattern = pattern
+        self.position = position
+        where = f" at position {position}" if position is not None else ""
+        super().__init__(f"invalid regex {pattern!r}{where}: {message}")
+
+
+class UnsupportedRegexError(ConstraintError):
+    """The pattern uses a construct no finite automaton can express.
+
+    Example:
+        >>> str(UnsupportedRegexError(r"(a)\\1", "backreference", 3))
+        "backreference at position 3 of regex '(a)\\\\\\\\1' cannot be compiled to a finite automaton"
+    """
+
+    def __init__(self, pattern: str, construct: str, position: int | None = None) -> None:
+        self.pattern = pattern
+        self.construct = construct
+        self.position = position
+        where = f" at position {position}" if position is not None else ""
+        super().__init__(
+            f"{construct}{where} of regex {pattern!r} cannot be compiled to a finite automaton"
+        )
+
+
+class StateBudgetError(ConstraintError):
+    """Determinization reached more states than the explicit budget allows."""
+
+    def __init__(self, budget: int, what: str = "automaton") -> None:
+        self.budget = budget
+        super().__init__(
+            f"{what} needs more than {budget} states; raise `max_states` or simplify the constraint"
+        )
