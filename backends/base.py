@@ -231,7 +231,7 @@ class AsyncLM:
         loop = futs[0].get_loop()
         # Group by length so rows in one model call need little padding.
         order = sorted(range(len(keys)), key=lambda i: len(keys[i]))
-        cfut = self._submit(self._run_prompts, [keys[i] for i in order])
+        cfut = self._submit(self._run_prompts_or_errors, [keys[i] for i in order])
         cfut.add_done_callback(lambda f: loop.call_soon_threadsafe(_resolve, [futs[i] for i in order], f))
 
     def reset_async_queries(self) -> None:
@@ -305,14 +305,30 @@ class AsyncLM:
     # ------------------------------------------------------------------ worker side
 
     def _run_prompts(self, prompts: list[Prompt]) -> list[np.ndarray]:
-        """Worker thread: logprobs for `prompts` (duplicates and cached ones cost nothing)."""
+        """Worker thread: logprobs for `prompts`; raises on the first invalid prompt."""
+        out = self._run_prompts_or_errors(prompts)
+        for x in out:
+            if isinstance(x, Exception):
+                raise x
+        return out  # type: ignore[return-value]
+
+    def _run_prompts_or_errors(self, prompts: list[Prompt]) -> list[np.ndarray | Exception]:
+        """Worker thread: logprobs for `prompts` (duplicates and cached ones cost nothing).
+
+        An invalid prompt yields its exception in place, so one bad request
+        does not fail the others batched with it.
+        """
         self.ensure_loaded()
+        found: dict[Prompt, np.ndarray | Exception] = {}
         for p in prompts:
-            self._check_prompt(p)
+            err = self._check_prompt(p)
+            if err is not None:
+                found[p] = err
         self.stats["requests"] += len(prompts)
-        found: dict[Prompt, np.ndarray] = {}
         misses = []
         for p in dict.fromkeys(prompts):
+            if p in found:
+                continue
             lp = self.trie.get_logprobs(p)
             if lp is None:
                 misses.append(p)
@@ -325,12 +341,13 @@ class AsyncLM:
                 found.update(self._run_jobs(round_[i : i + self.batch_size]))
         return [found[p] for p in prompts]
 
-    def _check_prompt(self, p: Prompt) -> None:
+    def _check_prompt(self, p: Prompt) -> ValueError | None:
         if not p:
-            raise ValueError("token_ids must hold at least one token, got []")
+            return ValueError("token_ids must hold at least one token, got []")
         bad = [t for t in p if not 0 <= t < self._vocab_size]
         if bad:
-            raise ValueError(f"token ids must be in [0, {self._vocab_size}), got {bad[:5]}")
+            return ValueError(f"token ids must be in [0, {self._vocab_size}), got {bad[:5]}")
+        return None
 
     def _plan_rounds(self, misses: list[Prompt]) -> list[list[Prompt]]:
         """Order the work: shared uncached prefixes first, then what extends them.
@@ -417,10 +434,11 @@ def _resolve(futs: list[asyncio.Future[np.ndarray]], cfut: Future[list[np.ndarra
     for i, fut in enumerate(futs):
         if fut.done():
             continue
-        if err is not None:
-            fut.set_exception(err)
+        res = err if err is not None else cfut.result()[i]
+        if isinstance(res, BaseException):
+            fut.set_exception(res)
         else:
-            fut.set_result(cfut.result()[i])
+            fut.set_result(res)
 
 
 def _prompts(token_ids_list: Sequence[Sequence[int]]) -> list[Prompt]:
