@@ -31,6 +31,7 @@ try:
     import mlx.core as mx
     from mlx_lm.generate import PromptProcessingBatch
     from mlx_lm.models.cache import KVCache, make_prompt_cache
+    from mlx_lm.tokenizer_utils import TokenizerWrapper
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise BackendUnavailableError("mlx", "mlx", str(e)) from e
 
@@ -104,10 +105,11 @@ class MLXLM(AsyncLM):
         mx.reset_peak_memory()
 
     def _setup(self, model: Any, tokenizer: Any) -> tuple[int, list[int], Any]:
-        hf_tokenizer = getattr(tokenizer, "_tokenizer", tokenizer)  # unwrap mlx-lm's TokenizerWrapper
-        eos = getattr(tokenizer, "eos_token_ids", None)
-        if eos is None:
-            eos = [] if hf_tokenizer.eos_token_id is None else [hf_tokenizer.eos_token_id]
+        if isinstance(tokenizer, TokenizerWrapper):  # expose the HF tokenizer it wraps
+            hf_tokenizer, eos = tokenizer._tokenizer, list(tokenizer.eos_token_ids)
+        else:
+            hf_tokenizer = tokenizer
+            eos = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
         caches = make_prompt_cache(model)
         if not all(type(c) is KVCache for c in caches):
             kinds = sorted({type(c).__name__ for c in caches})
