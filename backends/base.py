@@ -84,6 +84,8 @@ class AsyncLM:
         cache_size: byte budget of the prefix trie (logprobs + KV); None = unbounded.
         max_segments: a stored KV chain never grows past this many segments;
             the row that would exceed it stores one full segment instead.
+        prefix_caching: reuse cached KV across requests (False: every prompt
+            runs from its first token; logprobs are still cached).
 
     Example:
         >>> from backends.mock import MockLM  # doctest: +SKIP
@@ -102,6 +104,7 @@ class AsyncLM:
         timeout: float = 0.02,
         cache_size: int | None = 1 << 30,
         max_segments: int = 8,
+        prefix_caching: bool = True,
     ) -> None:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"`batch_size` must be a positive integer, got {batch_size!r}")
@@ -114,7 +117,7 @@ class AsyncLM:
         self.max_segments = max_segments
         self.trie = TokenTrie(cache_size)
         self.stats: Counter[str] = Counter()
-        self.prefix_caching = True
+        self.prefix_caching = prefix_caching
         self.model: Any = None
         self._tokenizer: Any = None
         self._vocab_size = 0

@@ -169,26 +169,14 @@ class MLXLM(AsyncLM):
     def _sample_rows(
         self, prompts: list[Prompt], max_tokens: int, eos: set[int], temperature: float, seed: int | None
     ) -> list[list[int]]:
-        """Prefill through the trie (shared prompts run once), then decode on a live batch cache."""
-        first = self._run_prompts(prompts) if max_tokens > 0 else []
-        chains = [self.trie.kv_chain(p) for p in prompts] if max_tokens > 1 else []
-        if max_tokens > 1 and (not self.prefix_caching or any(not c or c[-1].end != len(p) for c, p in zip(chains, prompts))):
-            return super()._sample_rows(prompts, max_tokens, eos, temperature, seed)  # KV unavailable
+        """Prefill (through the trie: shared prompts run once), then decode on a live batch cache."""
+        if max_tokens <= 0 or not prompts:
+            return [[] for _ in prompts]
         rngs = [np.random.default_rng(None if seed is None else [seed, i]) for i in range(len(prompts))]
+        cache, first = self._live_batch(prompts)
         outs: list[list[int]] = [[] for _ in prompts]
-        active = []
-        for i, lp in enumerate(first):
-            tok = sample_token(lp, temperature, rngs[i])
-            if tok not in eos:
-                outs[i].append(tok)
-                active.append(i)
-        if max_tokens <= 1 or not active:
-            return outs
-        cache = PromptProcessingBatch(self.model, list(active), [self._cache_for(chains[i]) for i in active]).prompt_cache
-        for _ in range(max_tokens - 1):
-            lps = np.array(self._step(mx.array([[outs[i][-1]] for i in active]), cache), dtype=np.float32)
-            self.stats["model_tokens"] += len(active)
-            self.stats["forward_calls"] += 1
+        active, lps = list(range(len(prompts))), first
+        for step in range(max_tokens):
             keep = []
             for row, i in enumerate(active):
                 tok = sample_token(lps[row], temperature, rngs[i])
@@ -197,8 +185,28 @@ class MLXLM(AsyncLM):
                     keep.append(row)
             if len(keep) < len(active):
                 active = [active[r] for r in keep]
-                if not active:
-                    break
                 for c in cache:
-                    c.filter(mx.array(keep))
+                    c.filter(mx.array(keep, dtype=mx.int32))
+            if not active or step == max_tokens - 1:
+                break
+            lps = np.array(self._step(mx.array([[outs[i][-1]] for i in active]), cache), dtype=np.float32)
+            self.stats["model_tokens"] += len(active)
+            self.stats["forward_calls"] += 1
         return outs
+
+    def _live_batch(self, prompts: list[Prompt]) -> tuple[list[Any], np.ndarray]:
+        """A batch cache holding every prompt, and each prompt's next-token logprobs."""
+        if self.prefix_caching:
+            first = self._run_prompts(prompts)
+            chains = [self.trie.kv_chain(p) for p in prompts]
+            if all(c and c[-1].end == len(p) for c, p in zip(chains, prompts)):
+                batch = PromptProcessingBatch(self.model, list(range(len(prompts))), [self._cache_for(c) for c in chains])
+                return batch.prompt_cache, np.stack(first)
+        # No reusable KV (caching off, or evicted): prefill the prompts here, batched.
+        batch = PromptProcessingBatch(self.model, list(range(len(prompts))), [make_prompt_cache(self.model) for _ in prompts])
+        if any(len(p) > 1 for p in prompts):
+            batch.prompt([list(p[:-1]) for p in prompts])
+        first = self._step(mx.array([[p[-1]] for p in prompts]), batch.prompt_cache)
+        self.stats["model_tokens"] += sum(len(p) for p in prompts)
+        self.stats["forward_calls"] += 1
+        return batch.prompt_cache, np.array(first, dtype=np.float32)

@@ -121,7 +121,9 @@ def test_sampling_paths_agree(model_dir, tokenizer) -> None:
         fast = mlx_lm.batch_sample_sync([prompt] * 4, 12, [], temperature=1.0, seed=3)  # live batch cache
         slow = hf_lm.batch_sample_sync([prompt] * 4, 12, [], temperature=1.0, seed=3)  # step-by-step via the trie
         assert mlx_lm.stats["model_tokens"] == len(prompt) + 4 * 11  # prompt prefilled once
-    assert fast == slow and all(len(r) == 12 for r in fast) and len({tuple(r) for r in fast}) > 1
+    with make_backend("mlx", model_dir, prefix_caching=False) as uncached:  # prefilled in the sampler
+        plain = uncached.batch_sample_sync([prompt] * 4, 12, [], temperature=1.0, seed=3)
+    assert fast == slow == plain and all(len(r) == 12 for r in fast) and len({tuple(r) for r in fast}) > 1
 
 
 def test_padded_vocab_logprobs_have_model_width(tmp_path) -> None:
