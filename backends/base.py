@@ -33,7 +33,6 @@ from typing import Any
 
 import numpy as np
 
-from constrained.errors import BackendUnavailableError
 from constrained.token_trie import KVSegment, TokenTrie
 
 __all__ = ["AsyncLM", "Job", "load_model_by_name", "sample_token"]
@@ -482,6 +481,3 @@ def load_model_by_name(name: str, backend: str = "mlx", llm_opts: dict[str, Any]
         raise ValueError(f"unknown backend {backend!r}; expected 'mlx', 'hf' or 'mock'")
     return cls.from_name(name, **opts)
 
-
-def _import_error(backend: str, extra: str, err: ImportError) -> BackendUnavailableError:
-    return BackendUnavailableError(backend, extra, str(err))

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -30,14 +29,15 @@ from typing import Any
 import numpy as np
 
 
-def _timed(fn: Callable[[], Any], reps: int) -> float:
-    """Median wall time of `fn` over `reps` runs (each run starts cold: callers clear caches)."""
-    times = []
+def _interleaved(fns: dict[str, Callable[[], Any]], reps: int) -> dict[str, float]:
+    """Best-of-`reps` wall time per variant, variants interleaved so machine load hits all alike."""
+    best = {k: float("inf") for k in fns}
     for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return best
 
 
 def _make(kind: str, model_dir: str, **opts: Any) -> Any:
@@ -59,76 +59,77 @@ def _emit(**row: Any) -> None:
 
 def bench_shared_prompt(kind: str, model_dir: str, prompt: list[int], reps: int, n: int = 16) -> None:
     reqs = [prompt + [100 + i] for i in range(n)]
-    with _make(kind, model_dir, batch_size=n, timeout=0.01) as lm:
+    lm = _make(kind, model_dir, batch_size=n, timeout=0.01)
+    plain = _make(kind, model_dir, batch_size=n, timeout=0.01, prefix_caching=False)
 
-        def prefill_one() -> None:
-            lm.clear_cache()
-            lm.next_token_logprobs_sync(prompt)
+    def concurrent() -> None:
+        async def main() -> None:
+            await asyncio.gather(*(lm.next_token_logprobs(r) for r in reqs))
 
-        def concurrent() -> None:
-            lm.clear_cache()
+        asyncio.run(main())
 
-            async def main() -> None:
-                await asyncio.gather(*(lm.next_token_logprobs(r) for r in reqs))
+    def cold(backend: Any, fn: Callable[[], Any]) -> Callable[[], Any]:
+        return lambda: (backend.clear_cache(), fn())
 
-            asyncio.run(main())
-
-        t_one = _timed(prefill_one, reps)
-        t_trie = _timed(concurrent, reps)
-        held = lm.trie.nbytes
-        lm.stats.clear()
-        concurrent()
-        tokens_trie = lm.stats["model_tokens"]
-        t_sample = _timed(lambda: (lm.clear_cache(), lm.batch_sample_sync([prompt] * n, 16, [], seed=0)), reps)
-        lm.stats.clear()
-        lm.clear_cache()
-        lm.batch_sample_sync([prompt] * n, 16, [], seed=0)
-        tokens_sample = lm.stats["model_tokens"]
-    with _make(kind, model_dir, batch_size=n, timeout=0.01, prefix_caching=False) as plain:
-
-        def no_trie() -> None:
-            plain.clear_cache()
-            plain.batch_next_token_logprobs_sync(reqs)
-
-        t_plain = _timed(no_trie, reps)
-        plain.stats.clear()
-        no_trie()
-        tokens_plain = plain.stats["model_tokens"]
+    t = _interleaved(
+        {
+            "prefill_one": cold(lm, lambda: lm.next_token_logprobs_sync(prompt)),
+            "trie": cold(lm, concurrent),
+            "no_trie": cold(plain, lambda: plain.batch_next_token_logprobs_sync(reqs)),
+            "sample": cold(lm, lambda: lm.batch_sample_sync([prompt] * n, 16, [], seed=0)),
+        },
+        reps,
+    )
+    tokens = {}
+    for name, backend, fn in [("trie", lm, concurrent), ("no_trie", plain, lambda: plain.batch_next_token_logprobs_sync(reqs)),
+                              ("sample", lm, lambda: lm.batch_sample_sync([prompt] * n, 16, [], seed=0))]:  # fmt: skip
+        backend.clear_cache()
+        backend.stats.clear()
+        fn()
+        tokens[name] = backend.stats["model_tokens"]
+    lm.clear_cache()
+    concurrent()
+    held = lm.trie.nbytes
+    lm.close()
+    plain.close()
+    one = t["prefill_one"]
     _emit(
         case="shared_prompt", backend=kind, n=n, prompt_tokens=len(prompt),
-        prefill_one_s=round(t_one, 5), trie_s=round(t_trie, 5), no_trie_s=round(t_plain, 5),
-        trie_over_prefill=round(t_trie / t_one, 3), no_trie_over_prefill=round(t_plain / t_one, 3),
-        model_tokens_trie=tokens_trie, model_tokens_no_trie=tokens_plain, trie_bytes=held,
+        trie_over_prefill=round(t["trie"] / one, 3), no_trie_over_prefill=round(t["no_trie"] / one, 3),
+        prefill_one_s=round(one, 5), trie_s=round(t["trie"], 5), no_trie_s=round(t["no_trie"], 5),
+        model_tokens_trie=tokens["trie"], model_tokens_no_trie=tokens["no_trie"], trie_bytes=held,
     )  # fmt: skip
     _emit(
         case="sample_n16", backend=kind, n=n, max_tokens=16, prompt_tokens=len(prompt),
-        sample_s=round(t_sample, 5), sample_over_prefill=round(t_sample / t_one, 3), model_tokens=tokens_sample,
+        sample_over_prefill=round(t["sample"] / one, 3), sample_s=round(t["sample"], 5), model_tokens=tokens["sample"],
     )  # fmt: skip
 
 
 def bench_throughput(kind: str, model_dir: str, prompts: list[list[int]], reps: int) -> None:
     n_tokens = sum(len(p) for p in prompts)
-    with _make(kind, model_dir, prefix_caching=False) as lm:
+    lm = _make(kind, model_dir, prefix_caching=False)
 
-        def sequential() -> None:
+    def with_batch(bs: int) -> Callable[[], Any]:
+        def run() -> None:
+            lm.batch_size = bs
             lm.clear_cache()
-            for p in prompts:
-                lm.next_token_logprobs_sync(p)
+            lm.batch_next_token_logprobs_sync(prompts)
 
-        t_seq = _timed(sequential, reps)
-        _emit(case="throughput", backend=kind, mode="sequential", batch_size=1, tokens_per_s=round(n_tokens / t_seq, 1))
-    for bs in (1, 4, 8):
-        with _make(kind, model_dir, batch_size=bs, prefix_caching=False) as lm:
+        return run
 
-            def batched() -> None:
-                lm.clear_cache()
-                lm.batch_next_token_logprobs_sync(prompts)
+    def sequential() -> None:
+        lm.clear_cache()
+        for p in prompts:
+            lm.next_token_logprobs_sync(p)
 
-            t = _timed(batched, reps)
-            peak = getattr(lm, "peak_memory_bytes", None)
+    t = _interleaved({"sequential": sequential, **{f"batch_{bs}": with_batch(bs) for bs in (1, 4, 8)}}, reps)
+    peak = getattr(lm, "peak_memory_bytes", None)
+    lm.close()
+    for name, secs in t.items():
         _emit(
-            case="throughput", backend=kind, mode="batched", batch_size=bs, tokens_per_s=round(n_tokens / t, 1),
-            speedup_vs_sequential=round(t_seq / t, 3), peak_memory_bytes=peak,
+            case="throughput", backend=kind, mode=name, prompts=len(prompts), tokens=n_tokens,
+            tokens_per_s=round(n_tokens / secs, 1), speedup_vs_sequential=round(t["sequential"] / secs, 3),
+            peak_memory_bytes=peak,
         )  # fmt: skip
 
 
@@ -136,7 +137,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--backends", nargs="+", default=["mlx", "hf"], choices=["mlx", "hf"])
     parser.add_argument("--vocabs", nargs="+", default=["byte-bpe", "llama-spm"])
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args()
 
     from backends.tiny import tiny_model_dir
