@@ -1,0 +1,483 @@
+"""`AsyncLM`: the genlm-backend contract, with auto-batching and a shared prefix trie.
+
+A backend answers one question, "what are the next-token log-probabilities
+after these token ids?", for many prompts at once. This base class owns
+everything that is not framework-specific:
+
+- the async batcher: ``await next_token_logprobs(ids)`` queues the request;
+  the queue is flushed when it holds ``batch_size`` prompts or ``timeout``
+  seconds after the first one arrived. Identical concurrent prompts share one
+  future, and each caller gets its own awaitable;
+- one dedicated worker thread that runs every model call, so the asyncio loop
+  never blocks and frameworks (MLX) see a single thread;
+- the `TokenTrie` of logprobs and KV segments, and the batch planner: prompts
+  that share an uncached prefix get that prefix computed once, in an earlier
+  round, and then only their own suffixes run;
+- sampling (`sample`, `batch_sample`) on top of the above.
+
+Subclasses implement `_load` (return model and tokenizer, on the worker
+thread) and `_forward` (run a batch of `Job` rows). Log-probabilities are
+returned as numpy float32 arrays of length `vocab_size`, the model's output
+width, which may exceed the tokenizer's size for padded checkpoints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from constrained.token_trie import KVSegment, TokenTrie
+
+__all__ = ["AsyncLM", "Job", "load_model_by_name", "sample_token"]
+
+Prompt = tuple[int, ...]
+
+
+@dataclass
+class Job:
+    """One row of a model batch.
+
+    Attributes:
+        tokens: the full prompt.
+        chain: cached KV segments tiling ``[0, start)`` (empty = nothing cached).
+        start: how many leading tokens are covered by `chain`; the row runs ``tokens[start:]``.
+        store_from: where the KV handle to return must start (``start`` for a
+            segment, 0 for a full copy), or None when no KV should be returned.
+    """
+
+    tokens: Prompt
+    chain: list[KVSegment]
+    start: int
+    store_from: int | None
+
+
+def sample_token(logprobs: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
+    """Draw a token id from `logprobs` at `temperature` (0 = argmax) by inverse CDF.
+
+    Example:
+        >>> sample_token(np.array([-np.inf, 0.0, -np.inf]), 1.0, np.random.default_rng(0))
+        1
+    """
+    if temperature <= 0:
+        return int(np.argmax(logprobs))
+    scaled = logprobs.astype(np.float64) / temperature
+    probs = np.exp(scaled - scaled.max())
+    cdf = np.cumsum(probs)
+    return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), len(cdf) - 1))
+
+
+class AsyncLM:
+    """Base class for batched, prefix-cached next-token log-probability backends.
+
+    Args:
+        batch_size: flush the async queue at this many distinct prompts; also
+            the most rows one model call runs.
+        timeout: seconds to wait for more requests before flushing.
+        cache_size: byte budget of the prefix trie (logprobs + KV); None = unbounded.
+        max_segments: a stored KV chain never grows past this many segments;
+            the row that would exceed it stores one full segment instead.
+        prefix_caching: reuse cached KV across requests (False: every prompt
+            runs from its first token; logprobs are still cached).
+
+    Example:
+        >>> from backends.mock import MockLM  # doctest: +SKIP
+        >>> lm = MockLM.from_name("path/to/tokenizer")  # doctest: +SKIP
+        >>> lm.next_token_logprobs_sync([1, 2, 3]).shape == (lm.vocab_size,)  # doctest: +SKIP
+        True
+    """
+
+    backend_name = "base"
+
+    def __init__(
+        self,
+        loader: Callable[[], tuple[Any, Any]],
+        *,
+        batch_size: int = 16,
+        timeout: float = 0.02,
+        cache_size: int | None = 1 << 30,
+        max_segments: int = 8,
+        prefix_caching: bool = True,
+    ) -> None:
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"`batch_size` must be a positive integer, got {batch_size!r}")
+        if timeout < 0:
+            raise ValueError(f"`timeout` must be >= 0 seconds, got {timeout!r}")
+        if max_segments < 1:
+            raise ValueError(f"`max_segments` must be >= 1, got {max_segments!r}")
+        self.batch_size = batch_size
+        self.timeout = timeout
+        self.max_segments = max_segments
+        self.trie = TokenTrie(cache_size)
+        self.stats: Counter[str] = Counter()
+        self.prefix_caching = prefix_caching
+        self.model: Any = None
+        self._tokenizer: Any = None
+        self._vocab_size = 0
+        self._eos: list[int] = []
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"constrained-{self.backend_name}")
+        self._worker_ident: int | None = None
+        self._queue: list[Prompt] = []
+        self._pending: dict[Prompt, asyncio.Future[np.ndarray]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._closed = False
+        self._load_future = self._executor.submit(self._load_on_worker, loader)
+
+    # ------------------------------------------------------------------ subclass API
+
+    def _forward(self, jobs: list[Job]) -> list[tuple[np.ndarray, Any]]:
+        """Run `jobs` as one batch; return ``(logprobs, kv_handle_or_None)`` per job."""
+        raise NotImplementedError
+
+    def _setup(self, model: Any, tokenizer: Any) -> tuple[int, list[int], Any]:
+        """Inspect the loaded model; return ``(vocab_size, eos_token_ids, hf_tokenizer)``."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ loading
+
+    def _load_on_worker(self, loader: Callable[[], tuple[Any, Any]]) -> None:
+        self._worker_ident = threading.get_ident()
+        model, tokenizer = loader()
+        self._vocab_size, self._eos, self._tokenizer = self._setup(model, tokenizer)
+        self.model = model
+
+    def ensure_loaded(self) -> None:
+        """Block until the model is loaded; re-raise the load failure if it failed."""
+        self._load_future.result()
+
+    @property
+    def tokenizer(self) -> Any:
+        """The Hugging Face tokenizer."""
+        self.ensure_loaded()
+        return self._tokenizer
+
+    @property
+    def vocab_size(self) -> int:
+        """Length of every returned logprobs array (the model's output width)."""
+        self.ensure_loaded()
+        return self._vocab_size
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        """End-of-sequence token ids from the tokenizer / generation config."""
+        self.ensure_loaded()
+        return list(self._eos)
+
+    @classmethod
+    def from_name(cls, name: str, **opts: Any) -> AsyncLM:
+        """Load a model by local path (or hub id with ``allow_download=True``)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ async API
+
+    async def next_token_logprobs(self, token_ids: Sequence[int]) -> np.ndarray:
+        """Next-token logprobs after `token_ids`, batched with concurrent calls."""
+        key = tuple(int(t) for t in token_ids)
+        fut = self._pending.get(key)
+        if fut is not None:
+            self.stats["merged_requests"] += 1
+        else:
+            loop = asyncio.get_running_loop()
+            fut = self._pending[key] = loop.create_future()
+            self._queue.append(key)
+            if len(self._queue) >= self.batch_size:
+                self._flush()
+            elif self._timer is None:
+                self._timer = loop.call_later(self.timeout, self._flush)
+        # shield: one cancelled caller must not cancel the future others share
+        return await asyncio.shield(fut)
+
+    async def batch_next_token_logprobs(self, token_ids_list: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        """Logprobs for many prompts, run together (bypasses the queue)."""
+        prompts = [tuple(int(t) for t in p) for p in token_ids_list]
+        return await asyncio.wrap_future(self._submit(self._run_prompts, prompts))
+
+    async def sample(
+        self,
+        prompt_token_ids: Sequence[int],
+        max_tokens: int,
+        eos_token_ids: Sequence[int],
+        temperature: float = 1.0,
+        seed: int | None = None,
+    ) -> list[int]:
+        """Sample up to `max_tokens` tokens after the prompt; stops before an EOS token (not included)."""
+        rows = await self.batch_sample([prompt_token_ids], max_tokens, eos_token_ids, temperature, seed)
+        return rows[0]
+
+    async def batch_sample(
+        self,
+        prompt_token_ids_list: Sequence[Sequence[int]],
+        max_tokens: int,
+        eos_token_ids: Sequence[int],
+        temperature: float = 1.0,
+        seed: int | None = None,
+    ) -> list[list[int]]:
+        """Sample one continuation per prompt; row ``i`` uses the seed ``(seed, i)``."""
+        fut = self._submit(self._sample_rows, _prompts(prompt_token_ids_list), max_tokens, set(eos_token_ids), temperature, seed)
+        return await asyncio.wrap_future(fut)
+
+    def _flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        keys, self._queue = self._queue, []
+        futs = [self._pending.pop(k) for k in keys]
+        if not keys:
+            return
+        loop = futs[0].get_loop()
+        # Group by length so rows in one model call need little padding.
+        order = sorted(range(len(keys)), key=lambda i: len(keys[i]))
+        cfut = self._submit(self._run_prompts_or_errors, [keys[i] for i in order])
+        cfut.add_done_callback(lambda f: loop.call_soon_threadsafe(_resolve, [futs[i] for i in order], f))
+
+    def reset_async_queries(self) -> None:
+        """Forget queued async requests (their futures are cancelled)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.cancel()
+        self._queue, self._pending = [], {}
+
+    # ------------------------------------------------------------------ sync API
+
+    def next_token_logprobs_sync(self, token_ids: Sequence[int]) -> np.ndarray:
+        """Blocking `next_token_logprobs`."""
+        return self.batch_next_token_logprobs_sync([token_ids])[0]
+
+    def batch_next_token_logprobs_sync(self, token_ids_list: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        """Blocking `batch_next_token_logprobs`."""
+        return self._submit(self._run_prompts, _prompts(token_ids_list)).result()
+
+    def batch_sample_sync(
+        self,
+        prompt_token_ids_list: Sequence[Sequence[int]],
+        max_tokens: int,
+        eos_token_ids: Sequence[int],
+        temperature: float = 1.0,
+        seed: int | None = None,
+    ) -> list[list[int]]:
+        """Blocking `batch_sample`."""
+        fut = self._submit(self._sample_rows, _prompts(prompt_token_ids_list), max_tokens, set(eos_token_ids), temperature, seed)
+        return fut.result()
+
+    def cache_kv(self, prompt_token_ids: Sequence[int]) -> None:
+        """Run `prompt_token_ids` now so later prompts extending it reuse its KV."""
+        self.next_token_logprobs_sync(prompt_token_ids)
+
+    def clear_cache(self) -> None:
+        """Drop all cached logprobs, KV and FSM states."""
+        self._submit(self.trie.clear).result()
+
+    def clear_kv_cache(self) -> None:
+        """Drop cached KV, keep cached logprobs."""
+        self._submit(self.trie.clear_kv).result()
+
+    def close(self) -> None:
+        """Flush queued requests, finish every submitted job, stop the worker thread."""
+        if self._closed:
+            return
+        if self._queue:
+            self._flush()
+        self._closed = True
+        self._executor.shutdown(wait=True)
+
+    def __enter__(self) -> AsyncLM:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__} is closed")
+        if threading.get_ident() == self._worker_ident:  # re-entrant call from the worker itself
+            fut: Future[Any] = Future()
+            fut.set_result(fn(*args))
+            return fut
+        return self._executor.submit(fn, *args)
+
+    # ------------------------------------------------------------------ worker side
+
+    def _run_prompts(self, prompts: list[Prompt]) -> list[np.ndarray]:
+        """Worker thread: logprobs for `prompts`; raises on the first invalid prompt."""
+        out = self._run_prompts_or_errors(prompts)
+        for x in out:
+            if isinstance(x, Exception):
+                raise x
+        return out  # type: ignore[return-value]
+
+    def _run_prompts_or_errors(self, prompts: list[Prompt]) -> list[np.ndarray | Exception]:
+        """Worker thread: logprobs for `prompts` (duplicates and cached ones cost nothing).
+
+        An invalid prompt yields its exception in place, so one bad request
+        does not fail the others batched with it.
+        """
+        self.ensure_loaded()
+        found: dict[Prompt, np.ndarray | Exception] = {}
+        for p in prompts:
+            err = self._check_prompt(p)
+            if err is not None:
+                found[p] = err
+        self.stats["requests"] += len(prompts)
+        misses = []
+        for p in dict.fromkeys(prompts):
+            if p in found:
+                continue
+            lp = self.trie.get_logprobs(p)
+            if lp is None:
+                misses.append(p)
+            else:
+                found[p] = lp
+                self.stats["logprob_cache_hits"] += 1
+        for round_ in self._plan_rounds(misses):
+            round_.sort(key=len)
+            for i in range(0, len(round_), self.batch_size):
+                found.update(self._run_jobs(round_[i : i + self.batch_size]))
+        return [found[p] for p in prompts]
+
+    def _check_prompt(self, p: Prompt) -> ValueError | None:
+        if not p:
+            return ValueError("token_ids must hold at least one token, got []")
+        bad = [t for t in p if not 0 <= t < self._vocab_size]
+        if bad:
+            return ValueError(f"token ids must be in [0, {self._vocab_size}), got {bad[:5]}")
+        return None
+
+    def _plan_rounds(self, misses: list[Prompt]) -> list[list[Prompt]]:
+        """Order the work: shared uncached prefixes first, then what extends them.
+
+        A shared prefix is the longest common prefix of two prompts adjacent in
+        sorted order (every branching point of the prompts' trie is one). It
+        becomes a target when at least 2 of its tokens are not yet cached. A
+        target runs one round after the longest target that prefixes it.
+        """
+        if not self.prefix_caching or len(misses) < 2:
+            return [misses] if misses else []
+        targets = set(misses)
+        ordered = sorted(misses)
+        for a, b in zip(ordered, ordered[1:]):
+            d = _lcp(a, b)
+            if d >= 2 and d < len(b):
+                chain = self.trie.longest_kv(b[:d])
+                if d - (chain[-1].end if chain else 0) >= 2:
+                    targets.add(b[:d])
+        lengths = sorted({len(t) for t in targets})
+        level: dict[Prompt, int] = {}
+        for t in sorted(targets, key=len):
+            parents = [level[t[:n]] for n in lengths if n < len(t) and t[:n] in level]
+            level[t] = max(parents) + 1 if parents else 0
+        rounds: list[list[Prompt]] = [[] for _ in range(max(level.values()) + 1)]
+        for t, lv in level.items():
+            rounds[lv].append(t)
+        return rounds
+
+    def _run_jobs(self, prompts: list[Prompt]) -> dict[Prompt, np.ndarray]:
+        jobs = [self._make_job(p) for p in prompts]
+        outs = self._forward(jobs)
+        self.stats["forward_calls"] += 1
+        self.stats["rows"] += len(jobs)
+        result = {}
+        for job, (lp, handle) in zip(jobs, outs):
+            self.stats["model_tokens"] += len(job.tokens) - job.start
+            self.stats["kv_reused_tokens"] += job.start
+            self.stats["kv_cache_hits"] += job.start > 0
+            result[job.tokens] = lp
+            self.trie.put_logprobs(job.tokens, lp)
+            if handle is not None and job.store_from is not None:
+                try:
+                    self.trie.put_kv(job.tokens, handle, job.store_from)
+                except ValueError:  # its base was evicted meanwhile: keep going uncached
+                    self.stats["kv_store_skipped"] += 1
+        return result
+
+    def _make_job(self, p: Prompt) -> Job:
+        if not self.prefix_caching:
+            return Job(p, [], 0, None)
+        # At most len-1 tokens come from the cache: the last must run to give logits.
+        chain = self.trie.longest_kv(p, max_depth=len(p) - 1)
+        start = chain[-1].end if chain else 0
+        store_from = 0 if len(chain) >= self.max_segments else start
+        return Job(p, chain, start, store_from)
+
+    def _sample_rows(
+        self, prompts: list[Prompt], max_tokens: int, eos: set[int], temperature: float, seed: int | None
+    ) -> list[list[int]]:
+        """Worker thread: ancestral sampling, one batched logprobs call per step."""
+        rngs = [np.random.default_rng(None if seed is None else [seed, i]) for i in range(len(prompts))]
+        seqs = [list(p) for p in prompts]
+        outs: list[list[int]] = [[] for _ in prompts]
+        active = list(range(len(prompts)))
+        for _ in range(max_tokens):
+            if not active:
+                break
+            lps = self._run_prompts([tuple(seqs[i]) for i in active])
+            still = []
+            for i, lp in zip(active, lps):
+                tok = sample_token(lp, temperature, rngs[i])
+                if tok in eos:
+                    continue
+                outs[i].append(tok)
+                seqs[i].append(tok)
+                still.append(i)
+            active = still
+        return outs
+
+
+def _resolve(futs: list[asyncio.Future[np.ndarray]], cfut: Future[list[np.ndarray]]) -> None:
+    err = cfut.exception()
+    for i, fut in enumerate(futs):
+        if fut.done():
+            continue
+        res = err if err is not None else cfut.result()[i]
+        if isinstance(res, BaseException):
+            fut.set_exception(res)
+        else:
+            fut.set_result(res)
+
+
+def _prompts(token_ids_list: Sequence[Sequence[int]]) -> list[Prompt]:
+    return [tuple(int(t) for t in p) for p in token_ids_list]
+
+
+def _lcp(a: Prompt, b: Prompt) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def load_model_by_name(name: str, backend: str = "mlx", llm_opts: dict[str, Any] | None = None) -> AsyncLM:
+    """Load `name` (a local model directory) with the given backend.
+
+    Args:
+        name: model directory (hub ids only with ``llm_opts={"allow_download": True}``).
+        backend: "mlx", "hf" or "mock".
+        llm_opts: keyword options for the backend (batch_size, timeout, cache_size, ...).
+
+    Raises:
+        BackendUnavailableError: the backend's framework is not installed.
+        ValueError: unknown backend name.
+
+    Example:
+        >>> lm = load_model_by_name("path/to/model", backend="hf")  # doctest: +SKIP
+    """
+    opts = dict(llm_opts or {})
+    if backend == "mlx":
+        from backends.mlx import MLXLM as cls  # raises BackendUnavailableError without mlx
+    elif backend == "hf":
+        from backends.hf import HFLM as cls  # type: ignore[assignment]
+    elif backend == "mock":
+        from backends.mock import MockLM as cls  # type: ignore[assignment]
+    else:
+        raise ValueError(f"unknown backend {backend!r}; expected 'mlx', 'hf' or 'mock'")
+    return cls.from_name(name, **opts)
+

@@ -1,0 +1,212 @@
+"""`MLXLM`: the `AsyncLM` contract on mlx-lm models, with batched prefill and a prefix KV trie.
+
+A batch of prompts runs as one mlx-lm batch: each row's cached KV (the
+concatenated segments of its longest cached prefix) becomes a `KVCache`, the
+rows are merged into a left-padded `BatchKVCache` by mlx-lm's
+`PromptProcessingBatch`, which prefills the uncached suffixes (right-padded,
+then rolled so every row ends at the same column), and a final one-token step
+gives each row's next-token logits. Each row's new KV is then sliced out as
+ONE contiguous segment (or a full copy, when its chain got long) and stored in
+the trie.
+
+Only models whose caches are plain `KVCache`s can be sliced and trimmed this
+way. Others (sliding windows / `RotatingKVCache`, `ArraysCache` state-space
+layers, ...) are detected at load time: prefix caching is turned off with a
+warning and every prompt runs from scratch, still batched.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from backends.base import AsyncLM, Job, Prompt, sample_token
+from constrained.errors import BackendUnavailableError
+
+try:
+    import mlx.core as mx
+    from mlx_lm.generate import PromptProcessingBatch
+    from mlx_lm.models.cache import KVCache, make_prompt_cache
+    from mlx_lm.tokenizer_utils import TokenizerWrapper
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise BackendUnavailableError("mlx", "mlx", str(e)) from e
+
+__all__ = ["MLXKV", "MLXLM"]
+
+
+@dataclass
+class MLXKV:
+    """One KV segment: per-layer keys and values of shape ``(1, kv_heads, length, head_dim)``."""
+
+    keys: list[Any]
+    values: list[Any]
+    nbytes: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.nbytes = sum(int(k.nbytes) + int(v.nbytes) for k, v in zip(self.keys, self.values))
+
+
+class MLXLM(AsyncLM):
+    """Batched, prefix-cached next-token logprobs for any mlx-lm model.
+
+    Args:
+        model: an mlx-lm model (``mlx_lm.load(path)[0]``).
+        tokenizer: its tokenizer (mlx-lm `TokenizerWrapper` or a HF tokenizer).
+        prefill_step_size: most prompt tokens per model call while prefilling.
+        **opts: `AsyncLM` options: batch_size, timeout, cache_size (bytes), max_segments.
+
+    Example:
+        >>> lm = MLXLM.from_name("path/to/mlx-model", batch_size=8)  # doctest: +SKIP
+        >>> lp = lm.next_token_logprobs_sync(lm.tokenizer.encode("Hello"))  # doctest: +SKIP
+        >>> lp.shape == (lm.vocab_size,)  # doctest: +SKIP
+        True
+    """
+
+    backend_name = "mlx"
+
+    def __init__(self, model: Any = None, tokenizer: Any = None, *, prefill_step_size: int = 2048, loader: Any = None, **opts: Any) -> None:
+        if prefill_step_size < 1:
+            raise ValueError(f"`prefill_step_size` must be a positive integer, got {prefill_step_size!r}")
+        self.prefill_step_size = prefill_step_size
+        if loader is None:
+            if model is None or tokenizer is None:
+                raise ValueError("MLXLM needs `model` and `tokenizer`, or use MLXLM.from_name(path)")
+            loader = lambda: (model, tokenizer)  # noqa: E731
+        super().__init__(loader, **opts)
+
+    @classmethod
+    def from_name(cls, name: str, *, allow_download: bool = False, **opts: Any) -> MLXLM:
+        """Load with ``mlx_lm.load`` on the worker thread; `ensure_loaded()` surfaces failures.
+
+        Args:
+            name: a local model directory; a hub repo id only if `allow_download`.
+            allow_download: permit mlx-lm to fetch `name` from the Hugging Face hub.
+        """
+
+        def loader() -> tuple[Any, Any]:
+            import mlx_lm
+
+            if not allow_download and not Path(name).is_dir():
+                raise FileNotFoundError(f"no model directory at {name!r} (pass allow_download=True to fetch a hub repo)")
+            return mlx_lm.load(str(name))
+
+        return cls(loader=loader, **opts)
+
+    @property
+    def peak_memory_bytes(self) -> int:
+        """MLX's peak memory since start (or the last `reset_peak_memory`)."""
+        return int(mx.get_peak_memory())
+
+    def reset_peak_memory(self) -> None:
+        mx.reset_peak_memory()
+
+    def _setup(self, model: Any, tokenizer: Any) -> tuple[int, list[int], Any]:
+        if isinstance(tokenizer, TokenizerWrapper):  # expose the HF tokenizer it wraps
+            hf_tokenizer, eos = tokenizer._tokenizer, list(tokenizer.eos_token_ids)
+        else:
+            hf_tokenizer = tokenizer
+            eos = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
+        caches = make_prompt_cache(model)
+        if not all(type(c) is KVCache for c in caches):
+            kinds = sorted({type(c).__name__ for c in caches})
+            warnings.warn(f"MLXLM: prefix caching disabled, the model's caches ({', '.join(kinds)}) cannot be sliced", stacklevel=2)
+            self.prefix_caching = False
+        vocab_size = int(model(mx.array([[0]])).shape[-1])  # output width, may exceed len(tokenizer)
+        return vocab_size, sorted(int(t) for t in eos), hf_tokenizer
+
+    # ------------------------------------------------------------------ batched forward
+
+    def _forward(self, jobs: list[Job]) -> list[tuple[np.ndarray, Any]]:
+        batch = PromptProcessingBatch(
+            self.model, list(range(len(jobs))), [self._cache_for(j.chain) for j in jobs], prefill_step_size=self.prefill_step_size
+        )
+        suffixes = [j.tokens[j.start :] for j in jobs]
+        if any(len(s) > 1 for s in suffixes):  # prefill all but the last token, right-padded
+            batch.prompt([list(s[:-1]) for s in suffixes])
+        logprobs = self._step(mx.array([[s[-1]] for s in suffixes]), batch.prompt_cache)
+        handles = [self._slice_kv(batch.prompt_cache, i, j) for i, j in enumerate(jobs)]
+        mx.eval(logprobs, [h.keys + h.values for h in handles if h is not None])
+        self.stats["padded_tokens"] += len(jobs) * max(len(s) for s in suffixes)
+        lp = np.array(logprobs, dtype=np.float32)
+        return [(lp[i], h) for i, h in enumerate(handles)]
+
+    def _step(self, tokens: Any, cache: list[Any]) -> Any:
+        logits = self.model(tokens, cache=cache)[:, -1, :].astype(mx.float32)
+        return logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+
+    def _cache_for(self, chain: list[Any]) -> list[Any]:
+        """A fresh per-row cache holding the concatenated `chain` (one concat per layer)."""
+        cache = make_prompt_cache(self.model)
+        if chain:
+            for layer, c in enumerate(cache):
+                keys = [seg.handle.keys[layer] for seg in chain]
+                values = [seg.handle.values[layer] for seg in chain]
+                k = keys[0] if len(keys) == 1 else mx.concatenate(keys, axis=2)
+                v = values[0] if len(values) == 1 else mx.concatenate(values, axis=2)
+                c.state = (k, v, k.shape[2])
+        return cache
+
+    def _slice_kv(self, cache: list[Any], row: int, job: Job) -> MLXKV | None:
+        """Row `row`'s KV for positions ``[store_from, len(tokens))`` as contiguous copies."""
+        if job.store_from is None:
+            return None
+        keys, values = [], []
+        for c in cache:
+            k, v = c.keys_and_values()
+            end = c.size()  # every row ends at this column after prefill
+            begin = end - len(job.tokens) + job.store_from
+            # contiguous() copies, so the segment does not pin the whole batch buffer
+            keys.append(mx.contiguous(k[row : row + 1, :, begin:end]))
+            values.append(mx.contiguous(v[row : row + 1, :, begin:end]))
+        return MLXKV(keys, values)
+
+    # ------------------------------------------------------------------ sampling
+
+    def _sample_rows(
+        self, prompts: list[Prompt], max_tokens: int, eos: set[int], temperature: float, seed: int | None
+    ) -> list[list[int]]:
+        """Prefill (through the trie: shared prompts run once), then decode on a live batch cache."""
+        if max_tokens <= 0 or not prompts:
+            return [[] for _ in prompts]
+        rngs = [np.random.default_rng(None if seed is None else [seed, i]) for i in range(len(prompts))]
+        cache, first = self._live_batch(prompts)
+        outs: list[list[int]] = [[] for _ in prompts]
+        active, lps = list(range(len(prompts))), first
+        for step in range(max_tokens):
+            keep = []
+            for row, i in enumerate(active):
+                tok = sample_token(lps[row], temperature, rngs[i])
+                if tok not in eos:
+                    outs[i].append(tok)
+                    keep.append(row)
+            if len(keep) < len(active):
+                active = [active[r] for r in keep]
+                for c in cache:
+                    c.filter(mx.array(keep, dtype=mx.int32))
+            if not active or step == max_tokens - 1:
+                break
+            lps = np.array(self._step(mx.array([[outs[i][-1]] for i in active]), cache), dtype=np.float32)
+            self.stats["model_tokens"] += len(active)
+            self.stats["forward_calls"] += 1
+        return outs
+
+    def _live_batch(self, prompts: list[Prompt]) -> tuple[list[Any], np.ndarray]:
+        """A batch cache holding every prompt, and each prompt's next-token logprobs."""
+        if self.prefix_caching:
+            first = self._run_prompts(prompts)
+            chains = [self.trie.kv_chain(p) for p in prompts]
+            if all(c and c[-1].end == len(p) for c, p in zip(chains, prompts)):
+                batch = PromptProcessingBatch(self.model, list(range(len(prompts))), [self._cache_for(c) for c in chains])
+                return batch.prompt_cache, np.stack(first)
+        # No reusable KV (caching off, or evicted): prefill the prompts here, batched.
+        batch = PromptProcessingBatch(self.model, list(range(len(prompts))), [make_prompt_cache(self.model) for _ in prompts])
+        if any(len(p) > 1 for p in prompts):
+            batch.prompt([list(p[:-1]) for p in prompts])
+        first = self._step(mx.array([[p[-1]] for p in prompts]), batch.prompt_cache)
+        self.stats["model_tokens"] += sum(len(p) for p in prompts)
+        self.stats["forward_calls"] += 1
+        return batch.prompt_cache, np.array(first, dtype=np.float32)

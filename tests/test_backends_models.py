@@ -1,0 +1,187 @@
+"""MLXLM and HFLM on the same tiny random weights: differential tests.
+
+MLX vs HF, batched vs one-at-a-time, cached vs uncached, left-padded batches
+vs single prompts, chunked prefill, chain coalescing, sampling paths, and the
+32-concurrent-requests / 4-prefixes prefill count on real models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+mx = pytest.importorskip("mlx.core")
+pytest.importorskip("mlx_lm")
+
+from transformers import AutoTokenizer  # noqa: E402
+
+from backends.hf import HFLM  # noqa: E402
+from backends.mlx import MLXLM  # noqa: E402
+from backends.tiny import tiny_model_dir, tiny_model_pair  # noqa: E402
+
+pytestmark = [pytest.mark.mlx, pytest.mark.hf]
+
+ATOL = 1e-4  # MLX vs torch float32 kernels differ in summation order
+SAME = 5e-5  # one framework, other batch shapes: float32 matmuls are not bitwise batch-invariant
+
+
+@pytest.fixture(scope="module")
+def model_dir():
+    return tiny_model_dir("llama", "byte-bpe")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(model_dir):
+    return AutoTokenizer.from_pretrained(model_dir)
+
+
+def prompts_for(tokenizer) -> list[list[int]]:
+    texts = ['{"name": "Ada", "age": 36}', "hello", '{"name": "Bob"', "x", "The quick brown fox jumps over the lazy dog."]
+    ps = [tokenizer.encode(t) for t in texts]
+    return ps + [ps[0][:3], ps[0] + ps[3]]  # a prefix of and an extension of another prompt
+
+
+def make_backend(kind: str, model_dir, **opts):
+    cls = MLXLM if kind == "mlx" else HFLM
+    return cls.from_name(str(model_dir), **opts)
+
+
+def reference(kind: str, model_dir, prompts: list[list[int]]) -> list[np.ndarray]:
+    """One prompt at a time, nothing cached."""
+    with make_backend(kind, model_dir, cache_size=0) as lm:
+        return [lm.next_token_logprobs_sync(p) for p in prompts]
+
+
+@pytest.fixture(scope="module")
+def refs(model_dir, tokenizer):
+    ps = prompts_for(tokenizer)
+    return ps, {k: reference(k, model_dir, ps) for k in ("mlx", "hf")}
+
+
+def test_mlx_matches_hf(refs) -> None:
+    ps, r = refs
+    for a, b in zip(r["mlx"], r["hf"]):
+        assert a.dtype == np.float32 and a.shape == b.shape
+        assert np.abs(a - b).max() < ATOL
+
+
+@pytest.mark.parametrize("kind", ["mlx", "hf"])
+def test_batched_left_padded_chunked_matches_single(kind: str, model_dir, refs) -> None:
+    ps, r = refs
+    with make_backend(kind, model_dir, batch_size=4, prefill_step_size=3) as lm:
+        out = lm.batch_next_token_logprobs_sync(ps)
+        assert lm.stats["padded_tokens"] > lm.stats["model_tokens"]  # rows really were padded together
+    for a, b in zip(out, r[kind]):
+        assert np.abs(a - b).max() < SAME
+
+
+@pytest.mark.parametrize("kind", ["mlx", "hf"])
+def test_cached_matches_uncached(kind: str, model_dir, refs) -> None:
+    ps, r = refs
+    with make_backend(kind, model_dir, max_segments=2) as lm:
+        for p in ps:  # grow every prompt token by token, so later ones reuse segment chains
+            for n in range(1, len(p) + 1):
+                lp = lm.next_token_logprobs_sync(p[:n])
+            assert np.abs(lp - r[kind][ps.index(p)]).max() < SAME
+        assert lm.stats["kv_reused_tokens"] > 0
+        assert all(len(lm.trie.longest_kv(p)) <= 2 for p in ps)
+        lm.clear_kv_cache()
+        assert np.abs(lm.next_token_logprobs_sync(ps[-1]) - r[kind][-1]).max() < SAME
+
+
+@pytest.mark.parametrize("kind", ["mlx", "hf"])
+def test_32_concurrent_requests_prefill_each_prefix_once(kind: str, model_dir, tokenizer) -> None:
+    prefixes = [tokenizer.encode(f"prefix number {k}: " + "lorem ipsum " * 6) for k in range(4)]
+    reqs = [p + [10 + j] for p in prefixes for j in range(8)]
+    with make_backend(kind, model_dir, batch_size=64, timeout=0.05) as lm:
+
+        async def main() -> list[np.ndarray]:
+            return await asyncio.gather(*(lm.next_token_logprobs(r) for r in reqs))
+
+        out = asyncio.run(main())
+        # every distinct prefix position runs once (the 4 prefixes share "prefix number "), then 1 token each
+        distinct = {tuple(p[:i]) for p in prefixes for i in range(1, len(p) + 1)}
+        assert len(distinct) < sum(len(p) for p in prefixes)
+        assert lm.stats["model_tokens"] == len(distinct) + 32
+        single = lm.next_token_logprobs_sync(reqs[13])  # logprob cache hit
+        assert single is out[13]
+    ref = reference(kind, model_dir, [reqs[0], reqs[31]])
+    assert np.abs(out[0] - ref[0]).max() < SAME and np.abs(out[31] - ref[1]).max() < SAME
+
+
+def test_sampling_paths_agree(model_dir, tokenizer) -> None:
+    prompt = tokenizer.encode('{"name": ')
+    with make_backend("mlx", model_dir) as mlx_lm, make_backend("hf", model_dir) as hf_lm:
+        fast = mlx_lm.batch_sample_sync([prompt] * 4, 12, [], temperature=1.0, seed=3)  # live batch cache
+        slow = hf_lm.batch_sample_sync([prompt] * 4, 12, [], temperature=1.0, seed=3)  # step-by-step via the trie
+        assert mlx_lm.stats["model_tokens"] == len(prompt) + 4 * 11  # prompt prefilled once
+    with make_backend("mlx", model_dir, prefix_caching=False) as uncached:  # prefilled in the sampler
+        plain = uncached.batch_sample_sync([prompt] * 4, 12, [], temperature=1.0, seed=3)
+    assert fast == slow == plain and all(len(r) == 12 for r in fast) and len({tuple(r) for r in fast}) > 1
+
+
+def test_padded_vocab_logprobs_have_model_width(tmp_path) -> None:
+    base = tiny_model_dir("llama", "byte-bpe", cache_dir=tmp_path)
+    n = len(AutoTokenizer.from_pretrained(base))
+    d = tiny_model_dir("llama", "byte-bpe", cache_dir=tmp_path, pad_vocab_to=n + 11)
+    with make_backend("mlx", d) as a, make_backend("hf", d) as b:
+        assert a.vocab_size == b.vocab_size == n + 11
+        assert np.abs(a.next_token_logprobs_sync([3, 4]) - b.next_token_logprobs_sync([3, 4])).max() < ATOL
+
+
+def test_qwen2_in_memory_mlx_matches_hf(tokenizer) -> None:
+    hf_model, mlx_model = tiny_model_pair("qwen2", len(tokenizer), seed=5)
+    ps = [[1, 2, 3, 4, 5], [7], [9, 8, 7, 6, 5, 4, 3, 2, 1]]
+    with MLXLM(mlx_model, tokenizer) as a, HFLM(hf_model, tokenizer) as b:
+        for x, y in zip(a.batch_next_token_logprobs_sync(ps), b.batch_next_token_logprobs_sync(ps)):
+            assert np.abs(x - y).max() < ATOL
+
+
+def test_unsliceable_caches_disable_prefix_caching(tokenizer) -> None:
+    from mlx_lm.models.cache import RotatingKVCache
+
+    _, mlx_model = tiny_model_pair("llama", len(tokenizer), seed=1)
+    ps = [[5, 6, 7, 8], [5, 6, 7, 8, 9, 10], [11]]
+    with MLXLM(mlx_model, tokenizer) as plain:
+        want = plain.batch_next_token_logprobs_sync(ps)
+    mlx_model.make_cache = lambda: [RotatingKVCache(max_size=64, keep=4) for _ in mlx_model.layers]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        lm = MLXLM(mlx_model, tokenizer)
+        lm.ensure_loaded()
+    with lm:
+        assert any("prefix caching disabled" in str(w.message) for w in caught)
+        assert not lm.prefix_caching
+        got = lm.batch_next_token_logprobs_sync(ps)
+        assert lm.trie.longest_kv(ps[1]) == [] and lm.stats["kv_reused_tokens"] == 0
+        assert lm.batch_sample_sync([ps[0]], 3, [], seed=0)[0].__len__() == 3
+    for a, b in zip(got, want):
+        assert np.abs(a - b).max() < SAME
+
+
+@pytest.mark.parametrize("kind", ["mlx", "hf"])
+def test_load_failures_surface(kind: str, tmp_path) -> None:
+    lm = make_backend(kind, tmp_path / "missing")
+    with pytest.raises(FileNotFoundError, match="no model directory"):
+        lm.ensure_loaded()
+    with pytest.raises(FileNotFoundError):
+        lm.next_token_logprobs_sync([1])
+    lm.close()
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    with make_backend(kind, tmp_path / "broken") as broken:
+        with pytest.raises(Exception):  # the framework's own error, re-raised from the worker
+            broken.ensure_loaded()
+
+
+def test_mlx_reports_peak_memory(model_dir) -> None:
+    with make_backend("mlx", model_dir) as lm:
+        lm.next_token_logprobs_sync([1, 2, 3])
+        assert lm.peak_memory_bytes > 0
+        assert lm.trie.nbytes > 0
