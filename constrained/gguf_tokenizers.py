@@ -51,6 +51,8 @@ __all__ = [
     "tokenizer_from_gguf",
     "hf_tokenizer",
     "save_hf_tokenizer",
+    "sentencepiece_model",
+    "read_gguf_vocab",
 ]
 
 #: Vocabularies whose rebuilt tokenizer reproduces every llama.cpp test vector.
@@ -378,3 +380,40 @@ def hf_tokenizer(name: str) -> PreTrainedTokenizerFast:
     from transformers import PreTrainedTokenizerFast
 
     return PreTrainedTokenizerFast.from_pretrained(str(_ensure_built(name)), local_files_only=True)
+
+
+def sentencepiece_model(name: str) -> bytes:
+    """A serialized SentencePiece BPE ``ModelProto`` for an SPM vocab (``llama-spm``, ``phi-3``).
+
+    Lets the real SentencePiece library (and transformers' slow tokenizers)
+    run on the same pieces, scores and types. Needs ``sentencepiece`` and
+    ``protobuf``.
+
+    Example:
+        >>> import sentencepiece  # doctest: +SKIP
+        >>> sp = sentencepiece.SentencePieceProcessor(model_proto=sentencepiece_model("llama-spm"))  # doctest: +SKIP
+        >>> sp.encode("Hello world")  # doctest: +SKIP
+        [15043, 3186]
+    """
+    from sentencepiece import sentencepiece_model_pb2 as pb
+
+    v = read_gguf_vocab(gguf_path(name))
+    if v.model != "llama" or v.scores is None:
+        raise ValueError(f"vocab {name!r} is not a SentencePiece vocab (tokenizer.ggml.model={v.model!r})")
+    piece = pb.ModelProto.SentencePiece
+    model = pb.ModelProto()
+    for i, (text, score, kind) in enumerate(zip(v.tokens, v.scores, v.token_types)):
+        # SentencePiece allows exactly one UNKNOWN piece; phi-3's GGUF also marks its [PAD] pieces unknown.
+        if kind == _UNKNOWN or i == v.unk_token_id:
+            kind = piece.UNKNOWN if i == v.unk_token_id else piece.CONTROL
+        model.pieces.add(piece=text, score=score, type=kind)
+    trainer = model.trainer_spec
+    trainer.model_type, trainer.byte_fallback = pb.TrainerSpec.BPE, True
+    trainer.unk_id = -1 if v.unk_token_id is None else v.unk_token_id
+    trainer.bos_id = -1 if v.bos_token_id is None else v.bos_token_id
+    trainer.eos_id, trainer.pad_id = v.tokens.index("</s>") if "</s>" in v.tokens else -1, -1
+    # No NFKC, keep every space: llama.cpp only prepends "▁" and escapes spaces.
+    spec = model.normalizer_spec
+    spec.name, spec.add_dummy_prefix = "identity", v.add_space_prefix
+    spec.remove_extra_whitespaces, spec.escape_whitespaces = False, True
+    return model.SerializeToString()
