@@ -69,17 +69,19 @@ def read_tokenizer(tokenizer: Any) -> tuple[list[bytes | None], list[int], set[i
         eos = sorted(tokenizer.eos_token_ids)  # a set: models like Llama-3-Instruct stop on several ids
         tokenizer = tokenizer._tokenizer
     if isinstance(tokenizer, Tokenizer):
-        return _with(eos, *_from_backend(tokenizer, set()))
-    if hasattr(tokenizer, "backend_tokenizer"):  # transformers fast tokenizer
+        table, special = _from_backend(tokenizer, set())
+    elif hasattr(tokenizer, "backend_tokenizer"):  # transformers fast tokenizer
+        table, special = _from_backend(tokenizer.backend_tokenizer, set(tokenizer.all_special_ids))
         eos = eos or _hf_eos(tokenizer)
-        return _with(eos, *_from_backend(tokenizer.backend_tokenizer, set(tokenizer.all_special_ids)))
-    if hasattr(tokenizer, "convert_ids_to_tokens"):  # transformers slow (Python) tokenizer
+    elif hasattr(tokenizer, "convert_ids_to_tokens"):  # transformers slow (Python) tokenizer
+        table, special = _from_slow(tokenizer)
         eos = eos or _hf_eos(tokenizer)
-        return _with(eos, *_from_slow(tokenizer))
-    raise TypeError(
-        f"cannot read a vocabulary from {type(tokenizer).__name__}: expected a tokenizers.Tokenizer, a transformers "
-        "tokenizer or an mlx-lm TokenizerWrapper"
-    )
+    else:
+        raise TypeError(
+            f"cannot read a vocabulary from {type(tokenizer).__name__}: expected a tokenizers.Tokenizer, "
+            "a transformers tokenizer or an mlx-lm TokenizerWrapper"
+        )
+    return table, eos, special
 
 
 def _is_mlx_wrapper(tokenizer: Any) -> bool:
@@ -87,10 +89,6 @@ def _is_mlx_wrapper(tokenizer: Any) -> bool:
     # tell them apart; its own instance attributes can (without importing mlx_lm, which loads mlx).
     attrs = getattr(tokenizer, "__dict__", {})
     return "_tokenizer" in attrs and "_eos_token_ids" in attrs
-
-
-def _with(eos: list[int], table: list[bytes | None], special: set[int]) -> tuple[list[bytes | None], list[int], set[int]]:
-    return table, eos, special
 
 
 def _hf_eos(tokenizer: Any) -> list[int]:
@@ -112,22 +110,25 @@ def token_scheme(backend: Any) -> str:
     decoder = backend.decoder
     if decoder is None:
         return "literal"
-    types = _decoder_types(json.loads(decoder.__getstate__()))
-    if "ByteLevel" in types:
+    kinds = _decoder_kinds(json.loads(decoder.__getstate__()))
+    if "ByteLevel" in kinds:
         return "byte_level"
-    if "Metaspace" in types or "ByteFallback" in types or "Replace" in types:
+    if kinds & {"Metaspace", "ByteFallback", "Replace(▁)"}:
         return "sentencepiece"
-    raise ValueError(f"unsupported tokenizer decoder {sorted(types)}: cannot tell which bytes each token spells")
+    raise ValueError(f"unsupported tokenizer decoder {sorted(kinds)}: cannot tell which bytes each token spells")
 
 
-def _decoder_types(node: Any) -> set[str]:
-    """All decoder type names in a (possibly nested Sequence) decoder's JSON."""
-    if isinstance(node, dict):
-        found = {node["type"]} if isinstance(node.get("type"), str) else set()
-        for child in node.get("decoders", []) or []:
-            found |= _decoder_types(child)
-        return found
-    return set()
+def _decoder_kinds(node: Any) -> set[str]:
+    """The decoder types in a (possibly nested Sequence) decoder's JSON; a ▁->space Replace is "Replace(▁)"."""
+    if not isinstance(node, dict):
+        return set()
+    kind = node.get("type")
+    if kind == "Replace" and node.get("pattern") == {"String": "▁"} and node.get("content") == " ":
+        kind = "Replace(▁)"
+    found = {kind} if isinstance(kind, str) else set()
+    for child in node.get("decoders") or []:
+        found |= _decoder_kinds(child)
+    return found
 
 
 def _from_backend(backend: Any, extra_special: set[int]) -> tuple[list[bytes | None], set[int]]:
@@ -149,7 +150,9 @@ def _from_slow(tokenizer: Any) -> tuple[list[bytes | None], set[int]]:
     if sp_model is not None:
         pieces = sp_model.get_piece_size()
         # SentencePiece marks control/unknown/unused pieces itself; they never spell text.
-        special |= {i for i in range(pieces) if sp_model.is_control(i) or sp_model.is_unknown(i) or sp_model.is_unused(i)}
+        special |= {
+            i for i in range(pieces) if sp_model.is_control(i) or sp_model.is_unknown(i) or sp_model.is_unused(i)
+        }
         return _convert(tokens, "sentencepiece", special), special
     if hasattr(tokenizer, "byte_decoder"):
         return _convert(tokens, "byte_level", special), special

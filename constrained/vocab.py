@@ -20,10 +20,10 @@ Example:
     >>> v.decode([2, 0, 3])
     b'aba'
     >>> v.check_spells(b"ab")
-    >>> v.check_spells(b"abc", "the regex 'abc'")
+    >>> v.check_spells(b"abc", "the regex 'abc'")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    constrained.errors.IncompatibleVocabularyError: no token of the vocabulary can spell the byte(s) 0x63 ('c') needed by the regex 'abc'
+    constrained.errors.IncompatibleVocabularyError: no token ... can spell the byte(s) 0x63 ('c') needed by the regex 'abc'
 """
 
 from __future__ import annotations
@@ -154,9 +154,8 @@ class Vocabulary:
             raise ValueError(f"size must be a positive integer, got {size!r}")
         kept = [i for i in range(size, len(table)) if table[i] is not None]
         if kept:
-            raise ValueError(
-                f"size={size} is smaller than the tokenizer: token {kept[0]} ({table[kept[0]]!r}) would have no logit row"
-            )
+            first = kept[0]
+            raise ValueError(f"size={size} leaves token {first} ({table[first]!r}) without a logit row")
         table = table[:size] + [None] * (size - len(table))
         # A token spelling b"" could be emitted forever without advancing the text.
         table = [None if b == b"" else b for b in table]
