@@ -34,8 +34,9 @@ import warnings
 from typing import Callable
 
 from grammars import charsets as cs
-from grammars.ast import EMPTY, NOTHING, Grammar, Node, alt, codepoints, repeat, seq, star
+from grammars.ast import EMPTY, NOTHING, Alt, ByteSet, Grammar, Node, Seq, alt, codepoints, repeat, seq, star
 from grammars.errors import RegexSyntaxError, UnsupportedRegexError
+from grammars.nfa import gc_paused
 
 try:  # Python >= 3.11
     import re._constants as _c
@@ -50,7 +51,8 @@ __all__ = ["regex_node", "regex_grammar"]
 Encoder = Callable[[list[tuple[int, int]]], Node]
 
 _YES, _NO, _MAYBE = 1, 0, 2  # is this point the start (end) of the input?
-_I, _S, _M, _A = re.IGNORECASE, re.DOTALL, re.MULTILINE, re.ASCII
+_I, _S, _A = int(re.IGNORECASE), int(re.DOTALL), int(re.ASCII)
+_TYPE_FLAGS = int(re.ASCII | re.UNICODE | re.LOCALE)
 _MAXREPEAT = _c.MAXREPEAT
 _POSSESSIVE = getattr(_c, "POSSESSIVE_REPEAT", None)
 _ATOMIC = getattr(_c, "ATOMIC_GROUP", None)
@@ -105,6 +107,13 @@ def regex_node(
     """
     if dialect not in ("python", "ecma"):
         raise ValueError(f"dialect must be 'python' or 'ecma', got {dialect!r}")
+    with gc_paused():
+        return _regex_node(pattern, flags, dialect, encode, search)
+
+
+def _regex_node(pattern: str, flags: int, dialect: str, encode: Encoder, search: bool) -> Node:
+    if not flags & (re.IGNORECASE | re.VERBOSE) and _is_word_list(pattern):
+        return _word_list(pattern, encode, search)
     source, origin = pattern, None
     if dialect == "ecma":
         from grammars.ecma import translate
@@ -112,7 +121,7 @@ def regex_node(
         source, origin = translate(pattern)
     tree = _parse(pattern, source, flags, origin)
     conv = _Converter(pattern, source, origin, dialect, encode, tree.state)
-    root_flags = tree.state.flags
+    root_flags = int(tree.state.flags)
     if not search:
         return conv.items(tree.data, root_flags, _YES, _YES, None)
     anything = star(conv.enc(cs.ALL))
@@ -129,6 +138,32 @@ def regex_node(
     return alt(*parts)
 
 
+_META = frozenset("\\.^$*+?{}[]()#")
+
+
+def _is_word_list(pattern: str) -> bool:
+    """A plain `word|word|...` pattern (no metacharacter but `|`): both
+    dialects read it literally, so skip the parser (it dominates the cost)."""
+    return len(pattern) > 64 and _META.isdisjoint(pattern)
+
+
+def _word_list(pattern: str, encode: Encoder, search: bool) -> Node:
+    memo: dict[str, Node] = {}
+
+    def char(ch: str) -> Node:
+        node = memo.get(ch)
+        if node is None:
+            node = memo[ch] = encode([(ord(ch), ord(ch))])
+        return node
+
+    words = [_concat(list(map(char, w))) for w in set(pattern.split("|"))]
+    node = _trie_alt(words)
+    if search:
+        anything = star(encode(list(cs.ALL)))
+        node = seq(anything, node, anything)
+    return node
+
+
 def _parse(pattern: str, source: str, flags: int, origin: list[int] | None):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "possible nested set" FutureWarnings
@@ -142,8 +177,9 @@ def _parse(pattern: str, source: str, flags: int, origin: list[int] | None):
 
 
 def _combine_flags(flags: int, add: int, remove: int) -> int:
-    if add & (re.ASCII | re.UNICODE | re.LOCALE):
-        flags &= ~(re.ASCII | re.UNICODE | re.LOCALE)
+    add, remove = int(add), int(remove)
+    if add & _TYPE_FLAGS:
+        flags &= ~_TYPE_FLAGS
     return (flags | add) & ~remove
 
 
@@ -161,6 +197,7 @@ class _Converter:
         self._enc_memo: dict[tuple, Node] = {}
         self._set_memo: dict[tuple, list[tuple[int, int]]] = {}
         self._anchor_memo: dict[int, bool] = {}
+        self._lit_memo: dict[int, Node] = {}
         self._seen: dict[str, int] = {}
 
     # -- errors --------------------------------------------------------------
@@ -242,7 +279,16 @@ class _Converter:
         if (s != _MAYBE or e != _MAYBE) and self.has_anchor(data):
             starts, ends = self._positions(data, s, e)
         out = []
+        literal = _c.LITERAL
+        chars = self._lit_memo if not flags & _I else None
         for i, (op, av) in enumerate(data):
+            if op is literal and chars is not None:
+                # Fast path for literal runs (the bulk of word lists).
+                node = chars.get(av)
+                if node is None:
+                    node = chars[av] = self.enc([(av, av)])
+                out.append(node)
+                continue
             si = starts[i] if starts else _MAYBE
             ei = ends[i] if ends else _MAYBE
             out.append(self.item(op, av, flags, si, ei, (data, i + 1, flags, follow)))
@@ -272,7 +318,7 @@ class _Converter:
             group, add, remove, sub = av
             return self.items(sub.data, _combine_flags(flags, add, remove), s, e, follow)
         if op is _c.BRANCH:
-            return alt(*(self.items(b.data, flags, s, e, follow) for b in av[1]))
+            return _trie_alt([self.items(b.data, flags, s, e, follow) for b in av[1]])
         if op in (_c.MAX_REPEAT, _c.MIN_REPEAT):
             return self.repeat(av, flags, s, e, follow)
         if op is _POSSESSIVE and _POSSESSIVE is not None:
@@ -419,6 +465,54 @@ class _Converter:
             out = any(_item_has_anchor(op, av, self) for op, av in data)
             self._anchor_memo[key] = out
         return out
+
+
+def _trie_alt(branches: list[Node]) -> Node:
+    """Alternation with common leading items factored out (a trie), so a
+    list of 10k words becomes a small-fan-out automaton."""
+    if len(branches) < 4:
+        return alt(*branches)
+    return _factor([(b.items if isinstance(b, Seq) else (b,), 0) for b in branches])
+
+
+def _factor(branches: list[tuple[tuple[Node, ...], int]]) -> Node:
+    groups: dict[Node, list[tuple[tuple[Node, ...], int]]] = {}
+    done = False
+    for items, at in branches:
+        if at == len(items):
+            done = True
+        else:
+            groups.setdefault(items[at], []).append((items, at + 1))
+    # Heads are distinct, so build the Alt directly (alt() would hash every
+    # subtree again at each trie level to deduplicate).
+    parts: list[Node] = [EMPTY] if done else []
+    mask = 0
+    for head, tails in groups.items():
+        if len(tails) == 1:
+            items, at = tails[0]
+            part = _concat([head, *items[at:]])
+        else:
+            part = _concat([head, _factor(tails)])
+        if isinstance(part, ByteSet):
+            mask |= part.mask
+        else:
+            parts.append(part)
+    if mask:
+        parts.insert(0, ByteSet(mask))
+    return parts[0] if len(parts) == 1 else Alt(tuple(parts))
+
+
+def _concat(items: list[Node]) -> Node:
+    """`seq(*items)` without its per-item equality tests (hot for word lists)."""
+    out: list[Node] = []
+    for item in items:
+        if type(item) is Seq:
+            out.extend(item.items)
+        elif type(item) is Alt and not item.items:
+            return NOTHING
+        else:
+            out.append(item)
+    return out[0] if len(out) == 1 else Seq(tuple(out))
 
 
 def _item_has_anchor(op, av, conv: _Converter) -> bool:
