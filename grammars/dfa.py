@@ -80,6 +80,8 @@ class LazyDFA:
         self._trans: dict[int, np.ndarray] = {}
         self._table = np.full((16, self.num_classes), UNEXPANDED, dtype=np.int32)
         self._accepting = np.zeros(16, dtype=bool)
+        if not any(nfa.calls):
+            self._close = self._close_flat  # type: ignore[method-assign]
         start = nfa.rule_start[0]
         configs = self._close([start]) if nfa.need[start] <= max_depth else frozenset()
         self.initial: int = self._intern(configs)
@@ -208,7 +210,7 @@ class LazyDFA:
         end = False
         while todo:
             u = todo.pop()
-            if nfa.edges[u]:
+            if nfa.edges[u] and self._need[u] <= self.max_depth:
                 byte_states.append(u)
             for r, t in nfa.calls[u]:
                 calls.append((nfa.rule_start[r], nfa.forward(t)))
@@ -230,6 +232,20 @@ class LazyDFA:
             self._stacks.append(key)
             self._depth.append(self._depth[k] + 1)
         return sid
+
+    def _close_flat(self, seeds: Iterable[int]) -> frozenset[int]:
+        """`_close` for grammars without calls: stacks are always empty and
+        `need` is 0 or INF, so closures are unions of precomputed ones."""
+        eclose = self._eclose
+        out: set[int] = set()
+        accept = False
+        for s in seeds:
+            byte_states, _, end = eclose[s] or self._eclose_of(s)
+            out.update(byte_states)
+            accept = accept or end
+        if accept:
+            out.add(_ACCEPT)
+        return frozenset(out)
 
     def _close(self, seeds: Iterable[int]) -> frozenset[int]:
         """Closure of configurations `seeds` (ints stack*N + state), pruned to

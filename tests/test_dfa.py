@@ -235,3 +235,36 @@ def test_utf8_sequences_cover_exactly() -> None:
             enc = chr(cp).encode()
             hit = any(len(s) == len(enc) and all(a <= x <= b for x, (a, b) in zip(enc, s)) for s in seqs)
             assert hit == (lo <= cp <= hi), hex(cp)
+
+
+def _random_node(rng: random.Random, names: list[str], d: int) -> Node:
+    k = rng.randrange(7 if d < 3 else 2)
+    if k == 0:
+        return byteset(rng.sample(b"abc", rng.randint(1, 2)))
+    if k == 1:
+        return Ref(rng.choice(names)) if rng.random() < 0.7 else literal(b"a")
+    if k == 2:
+        return seq(*[_random_node(rng, names, d + 1) for _ in range(rng.randint(0, 3))])
+    if k == 3:
+        return alt(*[_random_node(rng, names, d + 1) for _ in range(rng.randint(0, 3))])
+    if k == 4:
+        lo = rng.randint(0, 2)
+        return repeat(_random_node(rng, names, d + 1), lo, rng.choice([None, lo, lo + 1, lo + 2]))
+    if k == 5:
+        return Repeat(_random_node(rng, names, d + 1), 0, None)  # possibly nullable loop body
+    return EMPTY
+
+
+@pytest.mark.parametrize("seed", range(0, 120, 3))
+def test_random_recursive_grammars(seed: int) -> None:
+    """Differential (vs the reference matcher) and liveness on random grammars."""
+    rng = random.Random(seed)
+    names = [f"r{i}" for i in range(rng.randint(1, 3))]
+    g = Grammar({n: _random_node(rng, names, 0) for n in names}, start=names[0])
+    depth = rng.randint(0, 3)
+    dfa = LazyDFA(g, max_depth=depth, max_states=5000)
+    live, _ = live_states(dfa)
+    assert dfa.is_empty or live == set(range(dfa.num_states))
+    for _ in range(60):
+        data = bytes(rng.choice(b"abc") for _ in range(rng.randint(0, 6)))
+        assert dfa.matches(data) == reference_match(g, data, depth), data
