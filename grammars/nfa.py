@@ -158,24 +158,29 @@ class NFA:
         Branches that start with the same `ByteSet` share one edge (a trie);
         UTF-8 classes such as `\\w` have hundreds of branches with few distinct
         lead bytes, and this keeps the NFA and every DFA closure small.
+        Iterative, with (items, offset) pairs, so long shared prefixes cost
+        neither recursion depth nor tuple copies.
         """
-        groups: dict[int, list[tuple[Node, ...]]] = {}
-        for items in branches:
-            if items and type(items[0]) is ByteSet:
-                groups.setdefault(items[0].mask, []).append(items[1:])
-            else:
-                self._eps.append((self._build_seq(items, s), t))
-        for mask, tails in groups.items():
-            u = self._new()
-            self._bytes.append((s, mask, u))
-            if len(tails) == 1:
-                self._eps.append((self._build_seq(tails[0], u), t))
-            else:
-                self._build_alt(tails, u, t)
+        todo = [([(items, 0) for items in branches], s)]
+        while todo:
+            group, s = todo.pop()
+            heads: dict[int, list[tuple[tuple[Node, ...], int]]] = {}
+            for items, at in group:
+                if at < len(items) and type(items[at]) is ByteSet:
+                    heads.setdefault(items[at].mask, []).append((items, at + 1))
+                else:
+                    self._eps.append((self._build_seq(items, at, s), t))
+            for mask, tails in heads.items():
+                u = self._new()
+                self._bytes.append((s, mask, u))
+                if len(tails) == 1:
+                    self._eps.append((self._build_seq(tails[0][0], tails[0][1], u), t))
+                else:
+                    todo.append((tails, u))
 
-    def _build_seq(self, items: tuple[Node, ...], s: int) -> int:
-        for item in items:
-            s = self._build(item, s)
+    def _build_seq(self, items: tuple[Node, ...], at: int, s: int) -> int:
+        for i in range(at, len(items)):
+            s = self._build(items[i], s)
         return s
 
     def _build_repeat(self, node: Repeat, s: int) -> int:

@@ -55,7 +55,10 @@ def trie_alt(branches: list[Node]) -> Node:
     list of 10k words becomes a small-fan-out automaton."""
     if len(branches) < 4:
         return alt(*branches)
-    return _factor([(b.items if isinstance(b, Seq) else (b,), 0) for b in branches])
+    try:
+        return _factor([(b.items if isinstance(b, Seq) else (b,), 0) for b in branches])
+    except RecursionError:  # thousands of nested prefixes (a|aa|aaa|...): stay flat
+        return alt(*branches)
 
 
 def _factor(branches: list[tuple[tuple[Node, ...], int]]) -> Node:
