@@ -9,6 +9,9 @@ fixed nesting depth.
 Rows are computed only when first asked for, per *byte class*: bytes that no
 mask in the NFA tells apart share one class and always move alike.
 
+`table` and `accepting` are views that are replaced when the arrays grow;
+re-read them after expanding rows instead of keeping them.
+
 Invariant: every state other than `DEAD` is live: some continuation reaches
 acceptance (the only exception is `initial` of a grammar whose language is
 empty, see `is_empty`). Configurations that cannot finish within their
@@ -47,7 +50,10 @@ class LazyDFA:
         grammar: the grammar; its `start` rule must derive the whole input.
         max_states: budget of DFA states; exceeding it raises
             `StateBudgetError`.
-        max_depth: maximum nesting of rule calls (recursion unrolling depth).
+        max_depth: maximum number of nested rule calls (`Ref`s) on the
+            stack; every `Ref` counts, so a JSON value nested k levels deep
+            through `value -> array -> value` uses about 2k. Derivations that
+            need more are excluded from the language (and never offered).
 
     Example:
         >>> from grammars.ast import Grammar, byte_range, plus

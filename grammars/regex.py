@@ -17,7 +17,12 @@ Semantics, exact unless stated:
   start/end or known not to be; elsewhere (e.g. `a?^b`) they raise. Python's
   `$` before a trailing newline (`a$\\n`) raises;
 - IGNORECASE follows Python's matcher exactly, including non-ASCII
-  (see `charsets.ignorecase`); ECMA patterns fold the same way;
+  (simple case mapping plus `re._casefix`; see `charsets.ignorecase`).
+  ECMA patterns use the same folding, which differs from ECMA's own
+  (Canonicalize) only for a few exotic characters;
+- ECMA: code points are matched (the `u`-flag view), not UTF-16 units;
+  `\p{...}` supports general categories, not scripts;
+- MULTILINE `^` after the start and `$` before more input raise;
 - backreferences, lookarounds, conditionals and word boundaries raise
   `UnsupportedRegexError` naming the construct and its position.
 
