@@ -4,8 +4,8 @@ Loadable by tests and benchmarks: `CORPUS` is a list of dicts
 `{"name", "schema", "valid": [...], "invalid": [...], "options": {...}}`.
 `jsonschema` is the oracle: tests check every `valid` instance validates and
 every `invalid` one does not, before comparing with the grammar. Entries with
-`"hypothesis": False` are skipped by the generative test (hypothesis-jsonschema
-cannot draw from them, e.g. `pattern` with ECMA-only syntax).
+`"hypothesis": False` are skipped by the generic generative test
+(hypothesis-jsonschema cannot draw from them: recursive `$ref`s, `false`).
 
 Example:
     >>> names = [c["name"] for c in CORPUS]
@@ -75,6 +75,13 @@ CORPUS: list[dict] = [
          ["1::2::3", "12345::"]),
     case("format_uuid", {"type": "string", "format": "uuid"}, ["123e4567-e89b-12d3-a456-426614174000"],
          ["123e4567e89b12d3a456426614174000", "xyz"]),
+    case("format_hostname", {"type": "string", "format": "hostname"}, ["example.com", "a-b.c0", "localhost"],
+         ["-a.com", "a..b", "a_b.com", "x" * 64 + ".com"], hypothesis=False),  # a documented subset
+    case("format_uri", {"type": "string", "format": "uri"},
+         ["https://example.com/a?b=c#d", "mailto:a@b.c", "urn:isbn:0451450523", "http://[::1]:80/"],
+         ["no scheme", "http://exa mple.com", "1http://x"], hypothesis=False),
+    case("format_duration", {"type": "string", "format": "duration"}, ["P1Y2M3DT4H5M6S", "PT5M", "P3W"],
+         ["P", "PT", "1Y", "P1H"], hypothesis=False),
     case("format_email", {"type": "string", "format": "email"}, ["a.b@example.com"], ["no-at-sign"]),
     # -- enum / const --------------------------------------------------------------
     case("enum_strings", {"enum": ["red", "green", "blue", "é"]}, ["red", "é"], ["Red", "yellow", 1]),
@@ -161,16 +168,16 @@ CORPUS: list[dict] = [
         "value": {"type": "integer"}, "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
         "required": ["value"], "additionalProperties": False}}, "$ref": "#/$defs/node"},
         [{"value": 1}, {"value": 1, "children": [{"value": 2, "children": [{"value": 3, "children": []}]}]}],
-        [{"value": 1, "children": [{"val": 2}]}, {"children": []}]),
+        [{"value": 1, "children": [{"val": 2}]}, {"children": []}], hypothesis=False),
     case("recursive_root", {"type": "object", "properties": {"next": {"anyOf": [{"$ref": "#"}, {"type": "null"}]},
                                                              "v": {"type": "string"}},
                             "required": ["v", "next"], "additionalProperties": False},
          [{"v": "a", "next": None}, {"v": "a", "next": {"v": "b", "next": None}}],
-         [{"v": "a"}, {"v": "a", "next": {"v": 1, "next": None}}]),
+         [{"v": "a"}, {"v": "a", "next": {"v": 1, "next": None}}], hypothesis=False),
     case("linked_list_draft7", {"$schema": D7, "definitions": {"item": {"type": "object", "properties": {
         "id": {"type": "integer"}, "rest": {"$ref": "#/definitions/item"}}, "required": ["id"],
         "additionalProperties": False}}, "$ref": "#/definitions/item"},
-        [{"id": 1}, {"id": 1, "rest": {"id": 2}}], [{"id": 1, "rest": {}}, {"id": "x"}]),
+        [{"id": 1}, {"id": 1, "rest": {"id": 2}}], [{"id": 1, "rest": {}}, {"id": "x"}], hypothesis=False),
     # -- realistic API shapes --------------------------------------------------------
     case("tool_call", {"type": "object", "properties": {
         "name": {"type": "string", "enum": ["get_weather", "search"]},

@@ -21,10 +21,44 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
 
+import hypothesis_jsonschema._from_schema as _hjs
+from hypothesis.internal.conjecture import utils as _cu
+
 from grammars.dfa import LazyDFA
 from grammars.errors import InvalidSchemaError, UnsupportedSchemaError
 from grammars.json_schema import WhitespacePolicy, json_schema_grammar, load_schema
 from tests.schema_corpus import BY_NAME, CORPUS
+
+class _OldMany:
+    """The `cu.many` API hypothesis-jsonschema 0.23 calls (`more()`/`reject()`),
+    which this hypothesis release renamed; without it every object schema fails
+    to generate. Test-only shim over the same `draw_boolean` choices."""
+
+    def __init__(self, data, min_size, max_size, average_size):
+        self.data, self.min_size, self.max_size = data, min_size, max_size
+        self.p = _cu._calc_p_continue(average_size - min_size, max_size - min_size)
+        self.count = self.rejections = 0
+        self.stopped = False
+
+    def more(self) -> bool:
+        if self.stopped or self.count >= self.max_size:
+            return False
+        go = self.count < self.min_size or self.data.draw_boolean(self.p)
+        self.count += go
+        return go
+
+    def reject(self, why=None) -> None:
+        self.count -= 1
+        self.rejections += 1
+        if self.rejections > max(3, 2 * self.count):
+            if self.count < self.min_size:
+                self.data.mark_invalid(why)
+            self.stopped = True
+
+
+if not hasattr(_cu.many, "more"):
+    _hjs.cu = type("cu_shim", (), {"many": _OldMany})
+
 
 STYLES = [
     dict(separators=(",", ":")),
@@ -62,17 +96,52 @@ def _is_date_time(value) -> bool:
     return re.fullmatch(r"\d{4}-\d\d-\d\d", date) is not None and sep in ("T", "t") and _is_time(time)
 
 
+_DURATION = re.compile(
+    r"P(?:(?:\d+D|\d+M(?:\d+D)?|\d+Y(?:\d+M(?:\d+D)?)?)(?:T(?:\d+H(?:\d+M(?:\d+S)?)?|\d+M(?:\d+S)?|\d+S))?"
+    r"|T(?:\d+H(?:\d+M(?:\d+S)?)?|\d+M(?:\d+S)?|\d+S)|\d+W)")
+_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+_URI_CHARS = re.compile(r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/?#\[\]]|%[0-9A-Fa-f]{2})*")
+
+
+def _is_hostname(value) -> bool:
+    return not isinstance(value, str) or (
+        len(value) <= 253 and all(_LABEL.fullmatch(label) for label in value.split(".")))
+
+
+def _is_uri(value) -> bool:
+    if not isinstance(value, str):
+        return True
+    scheme, colon, rest = value.partition(":")
+    if not colon or not re.fullmatch(r"[A-Za-z][A-Za-z0-9+\-.]*", scheme) or not _URI_CHARS.fullmatch(rest):
+        return False
+    if "#" in rest.partition("#")[2] or "[" in rest.replace("[", "", 1):  # one fragment, one IP literal
+        return False
+    return True
+
+
+def _is_duration(value) -> bool:
+    return not isinstance(value, str) or _DURATION.fullmatch(value) is not None
+
+
 def _format_checker(cls):
-    """The draft's checker plus RFC 3339 time/date-time (their optional deps are absent here)."""
+    """The draft's checker plus reference checks for formats whose optional
+    dependencies (rfc3339-validator, fqdn, rfc3987, isoduration) are absent here."""
     checker = copy.deepcopy(cls.FORMAT_CHECKER)
-    checker.checks("time")(_is_time)
-    checker.checks("date-time")(_is_date_time)
+    for name, fn in (("time", _is_time), ("date-time", _is_date_time), ("hostname", _is_hostname),
+                     ("uri", _is_uri), ("duration", _is_duration)):
+        checker.checks(name)(fn)
     return checker
+
+
+def _ecma_pattern(validator, pattern, instance, schema):
+    """ECMA-262 `\\d` and `\\w` are ASCII; Python's `re` (jsonschema) makes them Unicode."""
+    if validator.is_type(instance, "string") and not re.search(pattern, instance, re.ASCII):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
 def validator(schema):
     base = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    cls = jsonschema.validators.extend(base, {"multipleOf": _decimal_multiple_of})
+    cls = jsonschema.validators.extend(base, {"multipleOf": _decimal_multiple_of, "pattern": _ecma_pattern})
     return cls(schema, format_checker=_format_checker(base))
 
 
@@ -237,6 +306,17 @@ def test_generated_instances_accepted(name):
     check()
 
 
+@settings(max_examples=30, deadline=None, database=None)
+@given(tree=st.recursive(
+    st.builds(lambda v: {"value": v}, st.integers()),
+    lambda kids: st.builds(lambda v, cs: {"value": v, "children": cs}, st.integers(), st.lists(kids, max_size=3)),
+    max_leaves=12), style=st.sampled_from(STYLES))
+def test_generated_recursive_trees(tree, style):
+    entry = BY_NAME["recursive_tree"]
+    assert is_valid(entry, tree)
+    assert dfa_for("recursive_tree").matches(json.dumps(tree, **style).encode())
+
+
 # -- options ---------------------------------------------------------------------------
 
 
@@ -283,12 +363,17 @@ def test_additional_keys_never_repeat_declared():
 
 def test_recursion_depth_bound():
     schema = BY_NAME["recursive_tree"]["schema"]
-    nested = {"value": 0}
-    for i in range(20):
-        nested = {"value": i, "children": [nested]}
-    deep = json.dumps(nested).encode()
-    assert not _dfa(schema).matches(deep)
-    assert _dfa(schema, max_recursion_depth=24).matches(deep)
+    def tree(depth):
+        nested = {"value": 0}
+        for i in range(depth):
+            nested = {"value": i, "children": [nested]}
+        return json.dumps(nested).encode()
+
+    # The DFA bounds all rule calls together: recursive refs + any-value nesting + 1.
+    assert _dfa(schema).matches(tree(16))
+    assert not _dfa(schema).matches(tree(30))
+    assert _dfa(schema, max_recursion_depth=32).matches(tree(30))
+    assert not _dfa(schema, max_recursion_depth=4, max_any_depth=0).matches(tree(6))
 
 
 def test_load_schema_variants():
@@ -343,7 +428,7 @@ UNSUPPORTED = [
     ({"$ref": "https://example.com/schema.json"}, "$ref", "$"),
     ({"type": "string", "format": "color-hex"}, "format", "$"),
     ({"oneOf": [{"type": "integer"}, {"minimum": 3}]}, "oneOf", "$"),
-    ({"allOf": [{"pattern": "a"}, {"pattern": "b"}]}, "pattern", "$"),
+    ({"allOf": [{"pattern": "a"}, {"pattern": "b"}]}, "pattern", "$.allOf[1]"),
     ({"type": "number", "multipleOf": 0.3}, "multipleOf", "$"),
     ({"not": {"type": "string", "minLength": 3}}, "not", "$"),
     ({"type": "object", "patternProperties": {"^a": {"type": "integer"}}}, "patternProperties", "$"),
