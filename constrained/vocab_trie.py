@@ -1,0 +1,232 @@
+"""A flattened, level-ordered trie of token byte strings, walked with numpy.
+
+The token FSM asks one question per DFA state: *which tokens can be read from
+this state, and where does each one lead?*  Answering it token by token in
+Python would cost ~100 ms on a 128k vocabulary, so the tokens are stored as a
+trie whose nodes are numbered level by level (all depth-0 nodes, then all
+depth-1 nodes, ...), with each node's children forming one contiguous range of
+the next level.  One level of the walk is then a handful of numpy gathers over
+the *alive* nodes only: a prefix that the DFA rejects prunes its whole subtree.
+
+Example:
+    >>> trie = VocabTrie.build([b"a", b"ab", None, b"b"])
+    >>> trie.n_nodes, trie.n_tokens
+    (3, 3)
+    >>> table = np.array([[1, 0], [1, -1]], dtype=np.int32)  # "b" is dead after "a"
+    >>> classes = np.zeros(256, dtype=np.int32); classes[ord("b")] = 1
+    >>> ids, states = trie.walk(0, classes, lambda: table, lambda s: None)
+    >>> ids.tolist(), states.tolist()
+    ([0, 3], [1, 0])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+__all__ = ["VocabTrie", "expand_ranges"]
+
+# Byte comparisons for the longest-common-prefix pass are vectorized over this
+# many leading bytes; the rare longer ties are finished in Python.
+_LCP_WIDTH = 32
+
+
+def expand_ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenate the integer ranges [lo[i], hi[i]); also return i for each element.
+
+    Example:
+        >>> idx, owner = expand_ranges(np.array([2, 7]), np.array([4, 8]))
+        >>> idx.tolist(), owner.tolist()
+        ([2, 3, 7], [0, 0, 1])
+    """
+    counts = hi - lo
+    total = int(counts.sum())
+    owner = np.repeat(np.arange(len(lo), dtype=np.int32), counts)
+    if total == 0:
+        return np.empty(0, dtype=np.int32), owner
+    # element k of range i is lo[i] + (k - start_of_range_i)
+    starts = np.cumsum(counts) - counts
+    idx = np.arange(total, dtype=np.int32) + np.repeat((lo - starts).astype(np.int32), counts)
+    return idx, owner
+
+
+@dataclass(frozen=True, eq=False)
+class VocabTrie:
+    """Tokens as a level-ordered trie (see the module docstring).
+
+    Attributes:
+        byte: uint8[n_nodes], the byte labelling the edge into each node.
+        child_lo, child_hi: int32[n_nodes], the node's children (global node ids).
+        term_lo, term_hi: int32[n_nodes], range of `term_ids` ending at the node
+            (several ids when a vocabulary spells the same bytes twice).
+        term_ids: int32, token ids grouped by their final node.
+        n_roots: number of depth-0 nodes (they are nodes 0..n_roots-1).
+        n_tokens: number of tokens stored.
+    """
+
+    byte: np.ndarray
+    child_lo: np.ndarray
+    child_hi: np.ndarray
+    term_lo: np.ndarray
+    term_hi: np.ndarray
+    term_ids: np.ndarray
+    n_roots: int
+    n_tokens: int
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.byte)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.byte, self.child_lo, self.child_hi,
+                                      self.term_lo, self.term_hi, self.term_ids))
+
+    @classmethod
+    def build(cls, token_bytes: Sequence[bytes | None], ids: Sequence[int] | None = None) -> "VocabTrie":
+        """Trie of `token_bytes[i]` for i in `ids` (default: all); None and b"" are skipped."""
+        if ids is None:
+            ids = range(len(token_bytes))
+        pairs = sorted((token_bytes[i], i) for i in ids if token_bytes[i])
+        toks = [p[0] for p in pairs]
+        tok_ids = np.array([p[1] for p in pairs], dtype=np.int32)
+        return _build_sorted(cls, toks, tok_ids)
+
+    def walk(
+        self,
+        start: int,
+        byte_class: np.ndarray,
+        get_table: Callable[[], np.ndarray],
+        expand: Callable[[np.ndarray], None],
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """All tokens readable from DFA state `start`, with the state each leads to.
+
+        `get_table()` returns the current transition table (rows not yet
+        computed hold -2; `expand(states)` computes them, possibly reallocating
+        the table).  Returns (token ids, next states), unordered.
+        """
+        nodes = np.arange(self.n_roots, dtype=np.int32)
+        states = self._step(np.full(self.n_roots, start, dtype=np.int32), nodes,
+                            byte_class, get_table, expand)
+        out_ids: list[np.ndarray] = []
+        out_states: list[np.ndarray] = []
+        while len(nodes):
+            keep = states >= 0                      # prune dead prefixes
+            nodes, states = nodes[keep], states[keep]
+            tok_idx, owner = expand_ranges(self.term_lo[nodes], self.term_hi[nodes])
+            out_ids.append(self.term_ids[tok_idx])
+            out_states.append(states[owner])
+            children, owner = expand_ranges(self.child_lo[nodes], self.child_hi[nodes])
+            nodes = children
+            states = self._step(states[owner], children, byte_class, get_table, expand)
+        if not out_ids:
+            return np.empty(0, np.int32), np.empty(0, np.int32)
+        return np.concatenate(out_ids), np.concatenate(out_states)
+
+    def _step(self, states, nodes, byte_class, get_table, expand) -> np.ndarray:
+        """DFA transition of each (state, byte of node); computes missing rows."""
+        classes = byte_class[self.byte[nodes]]
+        nxt = get_table()[states, classes]
+        missing = nxt == -2
+        if missing.any():
+            # Only rows never needed before are computed; most steps skip this.
+            expand(np.unique(states[missing]))
+            nxt[missing] = get_table()[states[missing], classes[missing]]
+        return nxt
+
+    def longest_prefix_token(self, data: bytes, allowed: Callable[[int], bool] | None = None) -> tuple[int, int]:
+        """(token id, length) of the longest token that is a prefix of `data`; (-1, 0) if none."""
+        best = (-1, 0)
+        lo, hi = 0, self.n_roots
+        for depth, b in enumerate(data):
+            node = _find_child(self.byte, lo, hi, b)
+            if node < 0:
+                break
+            for k in range(self.term_lo[node], self.term_hi[node]):
+                tok = int(self.term_ids[k])
+                if allowed is None or allowed(tok):
+                    best = (tok, depth + 1)
+                    break
+            lo, hi = int(self.child_lo[node]), int(self.child_hi[node])
+        return best
+
+
+def _find_child(byte: np.ndarray, lo: int, hi: int, b: int) -> int:
+    # children are sorted by byte: binary search the range
+    i = lo + int(np.searchsorted(byte[lo:hi], b))
+    return i if i < hi and byte[i] == b else -1
+
+
+def _lcp(toks: list[bytes]) -> np.ndarray:
+    """Longest common prefix of each sorted token with its predecessor (0 for the first)."""
+    n = len(toks)
+    lens = np.fromiter((len(t) for t in toks), dtype=np.int64, count=n)
+    pad = np.full((n, _LCP_WIDTH), -1, dtype=np.int16)
+    head = b"".join(t[:_LCP_WIDTH].ljust(_LCP_WIDTH, b"\0") for t in toks)
+    raw = np.frombuffer(head, dtype=np.uint8).reshape(n, _LCP_WIDTH)
+    cols = np.arange(_LCP_WIDTH)
+    pad[:] = np.where(cols[None, :] < lens[:, None], raw, -1)
+    lcp = np.zeros(n, dtype=np.int64)
+    if n > 1:
+        diff = pad[1:] != pad[:-1]
+        first = np.where(diff.any(axis=1), diff.argmax(axis=1), _LCP_WIDTH)
+        lcp[1:] = np.minimum(first, np.minimum(lens[1:], lens[:-1]))
+        for i in np.flatnonzero(lcp == _LCP_WIDTH):
+            a, b = toks[i - 1], toks[i]
+            k = _LCP_WIDTH
+            while k < min(len(a), len(b)) and a[k] == b[k]:
+                k += 1
+            lcp[i] = k
+    return lcp
+
+
+def _build_sorted(cls, toks: list[bytes], tok_ids: np.ndarray) -> VocabTrie:
+    """Build from lexicographically sorted tokens.
+
+    Sorted token i creates the nodes at depths lcp_i..len_i-1 (the prefixes its
+    predecessor does not share).  Ordering nodes by (depth, creating token)
+    gives level order with each parent's children contiguous and byte-sorted.
+    """
+    n = len(toks)
+    if n == 0:
+        z = np.zeros(0, dtype=np.int32)
+        return cls(np.zeros(0, np.uint8), z, z, z, z, z, 0, 0)
+    lens = np.fromiter((len(t) for t in toks), dtype=np.int64, count=n)
+    lcp = _lcp(toks)
+    offs = np.concatenate(([0], np.cumsum(lens)[:-1]))
+    buf = np.frombuffer(b"".join(toks), dtype=np.uint8)
+    # one entry per created node: (creator token, depth)
+    creator = np.repeat(np.arange(n), lens - lcp)
+    depth = np.arange(len(creator)) - np.repeat(np.cumsum(lens - lcp) - (lens - lcp), lens - lcp) + lcp[creator]
+    order = np.argsort(depth, kind="stable")      # stable: keeps creator order inside a level
+    creator, depth = creator[order], depth[order]
+    byte = buf[offs[creator] + depth]
+    n_nodes = len(creator)
+    level_lo = np.searchsorted(depth, np.arange(depth.max() + 2))
+    # parent of (token i, depth d): last node of level d-1 created by a token <= i
+    parent = np.full(n_nodes, -1, dtype=np.int64)
+    for d in range(1, len(level_lo) - 1):
+        a, b = level_lo[d], level_lo[d + 1]
+        pa, pb = level_lo[d - 1], level_lo[d]
+        parent[a:b] = pa + np.searchsorted(creator[pa:pb], creator[a:b], side="right") - 1
+    child_lo = np.zeros(n_nodes, dtype=np.int32)
+    child_hi = np.zeros(n_nodes, dtype=np.int32)
+    has_parent = np.flatnonzero(parent >= 0)
+    counts = np.bincount(parent[has_parent], minlength=n_nodes)
+    first_child = np.searchsorted(parent[has_parent], np.arange(n_nodes)) + len(parent) - len(has_parent)
+    child_lo[:] = first_child
+    child_hi[:] = first_child + counts
+    # final node of token i: last node of level len_i-1 created by a token <= i
+    term_node = np.empty(n, dtype=np.int64)
+    for d in np.unique(lens - 1):
+        sel = np.flatnonzero(lens - 1 == d)
+        a, b = level_lo[d], level_lo[d + 1]
+        term_node[sel] = a + np.searchsorted(creator[a:b], sel, side="right") - 1
+    by_node = np.argsort(term_node, kind="stable")
+    term_ids = tok_ids[by_node]
+    term_lo = np.searchsorted(term_node[by_node], np.arange(n_nodes)).astype(np.int32)
+    term_hi = np.searchsorted(term_node[by_node], np.arange(n_nodes), side="right").astype(np.int32)
+    return cls(byte.astype(np.uint8), child_lo, child_hi, term_lo, term_hi,
+               term_ids.astype(np.int32), int(level_lo[1]), n)
