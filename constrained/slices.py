@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Sequence
 
 import numpy as np
@@ -87,6 +88,16 @@ class Slice:
     bitmask: np.ndarray
     complement: VocabTrie
 
+    @cached_property
+    def moves(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Per slice state: (bytes completing a character, bytes continuing one, their next state)."""
+        out = []
+        for row in self.table:
+            done = np.flatnonzero(row == 0)
+            inner = np.flatnonzero(row > 0)
+            out.append((done, inner, row[inner].astype(np.int64)))
+        return out
+
     @property
     def nbytes(self) -> int:
         return self.table.nbytes + self.member.nbytes + self.bitmask.nbytes + self.complement.nbytes
@@ -127,25 +138,25 @@ def loops_on(dfa, q: int, sl: Slice) -> bool:
     todo = [(q, 0)]
     while todo:
         s, a = todo.pop()
-        dfa.expand(np.array([s], dtype=np.int32))
-        row = dfa.table[s][dfa.byte_class]
-        srow = sl.table[a]
-        ok = srow >= 0
-        nxt = row[ok]
-        snext = srow[ok]
-        if (nxt < 0).any():
+        row = dfa.transitions(s)                 # int32[256], memoized by the DFA
+        done_bytes, inner_bytes, inner_next = sl.moves[a]
+        ends = row[done_bytes]                   # DFA states after a complete character
+        mids = row[inner_bytes]                  # ... and inside one
+        if (len(ends) and ends.min() < 0) or (len(mids) and mids.min() < 0):
             return False
-        for other in set(nxt[snext == 0].tolist()) - twins:
-            if not equivalent(dfa, q, other):
-                return False
-            twins.add(other)
-        inner = snext != 0
-        for pair in set(zip(nxt[inner].tolist(), snext[inner].tolist())):
-            if pair not in seen:
-                if len(seen) >= _MAX_PRODUCT_STATES:
+        if len(ends) and not (ends == q).all():
+            for other in set(ends.tolist()) - twins:
+                if not equivalent(dfa, q, other):
                     return False
-                seen.add(pair)
-                todo.append(pair)
+                twins.add(other)
+        if len(mids):
+            for key in set((mids.astype(np.int64) * 8 + inner_next).tolist()):
+                pair = (key >> 3, key & 7)
+                if pair not in seen:
+                    if len(seen) >= _MAX_PRODUCT_STATES:
+                        return False
+                    seen.add(pair)
+                    todo.append(pair)
     return True
 
 
@@ -159,9 +170,7 @@ def equivalent(dfa, a: int, b: int) -> bool:
             continue
         if x < 0 or y < 0 or bool(dfa.is_accepting(x)) != bool(dfa.is_accepting(y)):
             return False
-        dfa.expand(np.array([x, y], dtype=np.int32))
-        rx = dfa.table[x][dfa.byte_class].astype(np.int64)
-        ry = dfa.table[y][dfa.byte_class].astype(np.int64)
+        rx, ry = dfa.transitions(x), dfa.transitions(y)
         for pair in set(zip(rx.tolist(), ry.tolist())):
             if pair[0] != pair[1] and pair not in seen:
                 if len(seen) >= _MAX_EQUIV_PAIRS:

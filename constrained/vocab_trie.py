@@ -121,8 +121,9 @@ class VocabTrie:
         nodes = np.arange(self.n_roots, dtype=np.int32)
         states = self._step(np.full(self.n_roots, start, dtype=np.int32), nodes,
                             byte_class, get_table, expand)
-        out_ids: list[np.ndarray] = []
-        out_states: list[np.ndarray] = []
+        # alive (node, state) pairs; their tokens are gathered once at the end
+        alive_nodes: list[np.ndarray] = []
+        alive_states: list[np.ndarray] = []
         small = _SmallWalker(self, byte_class, get_table, expand)
         while len(nodes):
             if len(nodes) <= _SMALL_FRONTIER:
@@ -136,15 +137,16 @@ class VocabTrie:
                 continue
             keep = states >= 0                      # prune dead prefixes
             nodes, states = nodes[keep], states[keep]
-            tok_idx, owner = expand_ranges(self.term_lo[nodes], self.term_hi[nodes])
-            out_ids.append(self.term_ids[tok_idx])
-            out_states.append(states[owner])
+            alive_nodes.append(nodes)
+            alive_states.append(states)
             children, owner = expand_ranges(self.child_lo[nodes], self.child_hi[nodes])
             nodes = children
             states = self._step(states[owner], children, byte_class, get_table, expand)
-        out_ids.append(np.array(small.ids, dtype=np.int32))
-        out_states.append(np.array(small.states, dtype=np.int32))
-        return np.concatenate(out_ids), np.concatenate(out_states)
+        alive_nodes.append(np.array(small.nodes, dtype=np.int32))
+        alive_states.append(np.array(small.states, dtype=np.int32))
+        nodes, states = np.concatenate(alive_nodes), np.concatenate(alive_states)
+        tok_idx, owner = expand_ranges(self.term_lo[nodes], self.term_hi[nodes])
+        return self.term_ids[tok_idx], states[owner]
 
     def _step(self, states, nodes, byte_class, get_table, expand) -> np.ndarray:
         """DFA transition of each (state, byte of node); computes missing rows."""
@@ -181,34 +183,32 @@ class VocabTrie:
 
 
 class _SmallWalker:
-    """Steps narrow trie levels in Python, collecting tokens as it goes."""
+    """Walks narrow parts of the trie depth-first in Python, recording alive nodes."""
 
     def __init__(self, trie: VocabTrie, byte_class, get_table, expand) -> None:
         self.trie, self.get_table, self.expand = trie, get_table, expand
         self.byte_class = byte_class.tolist()
         self.rows: dict[int, list[int]] = {}
-        self.ids: list[int] = []
+        self.nodes: list[int] = []
         self.states: list[int] = []
 
     def row(self, state: int) -> list[int]:
-        row = self.rows.get(state)
-        if row is None:
+        table = self.get_table()
+        if table[state, 0] == -2:
+            self.expand(np.array([state], dtype=np.int32))
             table = self.get_table()
-            if table[state, 0] == -2:
-                self.expand(np.array([state], dtype=np.int32))
-                table = self.get_table()
-            row = self.rows[state] = table[state].tolist()
+        row = self.rows[state] = table[state].tolist()
         return row
 
     def walk(self, nodes: np.ndarray, states: np.ndarray):
         """Depth-first walk from (node, state) pairs whose state is already computed.
 
-        Records the tokens of alive nodes.  Returns ((nodes, states) left
-        unvisited when the node budget ran out, (wide nodes, their states))
-        where wide nodes' children are left for a vectorized step.
+        Returns ((nodes, states) left unvisited when the node budget ran out,
+        (wide nodes, their states)): wide nodes' children are left to numpy.
         """
-        byte, clo, chi, tlo, thi, tids = self.trie._views
-        cls, ids, out_states = self.byte_class, self.ids, self.states
+        byte, clo, chi = self.trie._views[:3]
+        cls, rows = self.byte_class, self.rows
+        out_nodes, out_states = self.nodes, self.states
         stack = [(n, s) for n, s in zip(nodes.tolist(), states.tolist()) if s >= 0]
         wide: list[int] = []
         wide_states: list[int] = []
@@ -216,15 +216,14 @@ class _SmallWalker:
         while stack and budget:
             budget -= 1
             node, s = stack.pop()
-            for k in range(tlo[node], thi[node]):
-                ids.append(tids[k])
-                out_states.append(s)
+            out_nodes.append(node)
+            out_states.append(s)
             lo, hi = clo[node], chi[node]
             if hi - lo > _WIDE_NODE:
                 wide.append(node)
                 wide_states.append(s)
             elif lo < hi:
-                row = self.row(s)
+                row = rows.get(s) or self.row(s)
                 for c in range(lo, hi):
                     t = row[cls[byte[c]]]
                     if t >= 0:
