@@ -157,3 +157,205 @@ def test_slices_off_gives_same_masks(vocabulary):
         sliced, plain = TokenFSM(dfa, vocab), TokenFSM(dfa, vocab, use_slices=False)
         for q in prefix_states(dfa, [t.encode() for t in texts], limit=8):
             assert np.array_equal(sliced.bitmask(q), plain.bitmask(q)), (pattern, q)
+
+
+# ---------------------------------------------------------------------------
+# Guide semantics
+
+
+@pytest.fixture(scope="session")
+def gpt2(vocabulary):
+    return vocabulary("gpt-2")
+
+
+def encode(tokenizer, text: str) -> list[int]:
+    return tokenizer.encode(text, add_special_tokens=False).ids
+
+
+def test_guide_walk_eos_and_finish(gpt2, tokenizer):
+    fsm = compile_regex(r"(ab|cd)+", gpt2)
+    g = fsm.guide()
+    eos = gpt2.eos_token_ids[0]
+    assert eos not in g.allowed_token_ids()              # empty text is no match
+    assert not g.advance(eos) and g.num_tokens == 0
+    for tok in encode(tokenizer("gpt-2"), "abcdab"):
+        assert g.advance(tok)
+    assert eos in g.allowed_token_ids() and not g.is_finished()
+    assert g.advance(eos)
+    assert g.is_finished() and g.allowed_token_ids().tolist() == [eos]
+    assert not g.advance(encode(tokenizer("gpt-2"), "ab")[0])
+
+
+def test_guide_rejects_bad_tokens_unchanged(gpt2, tokenizer):
+    g = compile_regex(r"[0-9]{2,4}", gpt2).guide()
+    assert g.advance(encode(tokenizer("gpt-2"), "12")[0])
+    before = (g.state, g.num_tokens, g.allowed_token_ids().copy())
+    for bad in (encode(tokenizer("gpt-2"), "x")[0], -1, gpt2.size, 10**12, "7", None, 1.5):
+        assert g.advance(bad) is False
+    assert (g.state, g.num_tokens) == before[:2]
+    assert np.array_equal(g.allowed_token_ids(), before[2])
+    assert g.advance(np.int64(encode(tokenizer("gpt-2"), "3")[0]))   # numpy scalars are fine
+
+
+def test_fork_and_rollback(gpt2, tokenizer):
+    toks = encode(tokenizer("gpt-2"), '{"a": [1, 2, 3]}')
+    fsm = compile_json_schema({"type": "object"}, gpt2)
+    g = fsm.guide()
+    seen = [g.allowed_token_ids().copy()]
+    for t in toks:
+        assert g.advance(t)
+        seen.append(g.allowed_token_ids().copy())
+    f = g.fork()
+    g.rollback(3)
+    assert np.array_equal(g.allowed_token_ids(), seen[-4]) and g.num_tokens == len(toks) - 3
+    assert f.num_tokens == len(toks) and np.array_equal(f.allowed_token_ids(), seen[-1])
+    assert f.advance(gpt2.eos_token_ids[0]) and f.is_finished() and not g.is_finished()
+    f.rollback(1)
+    assert not f.is_finished()
+    with pytest.raises(ValueError):
+        g.rollback(len(toks))
+    g.rollback(0)
+    g.reset()
+    assert g.num_tokens == 0 and np.array_equal(g.allowed_token_ids(), seen[0])
+
+
+def test_fill_bitmask_matches_allowed(vocabulary, tokenizer):
+    vocab = vocabulary("llama-bpe")
+    fsm = compile_json_schema(BY_NAME["tool_call"]["schema"], vocab)
+    g = fsm.guide()
+    buf = np.full((2, (vocab.size + 31) // 32), -1, dtype=np.int32)
+    text = json.dumps(BY_NAME["tool_call"]["valid"][0])
+    for t in encode(tokenizer("llama-bpe"), text) + [vocab.eos_token_ids[0]]:
+        g.fill_bitmask(buf[1])
+        assert np.array_equal(unpack(buf[1], vocab.size), g.allowed_token_ids())
+        assert (buf[0] == -1).all()                       # only the given row is written
+        assert g.advance(t)
+    g.fill_bitmask(buf[1])
+    assert unpack(buf[1], vocab.size).tolist() == list(vocab.eos_token_ids)
+
+
+def test_nothing_but_eos(gpt2):
+    g = compile_regex(r"ok", gpt2).guide()
+    assert g.advance(gpt2.token_bytes.index(b"ok"))
+    assert g.allowed_token_ids().tolist() == list(gpt2.eos_token_ids)
+    assert g.is_finished() and g.forced_tokens() == ()
+
+
+def test_special_tokens_never_allowed(vocabulary):
+    vocab = vocabulary("llama-bpe")
+    g = compile_regex(r"(.|\n)*", vocab).guide()          # anything at all
+    allowed = set(g.allowed_token_ids().tolist())
+    special = {i for i, b in enumerate(vocab.token_bytes) if b is None}
+    assert special and not (special - set(vocab.eos_token_ids)) & allowed
+    assert set(vocab.eos_token_ids) <= allowed
+
+
+def test_forced_tokens(vocabulary, tokenizer):
+    vocab = vocabulary("llama-bpe")
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+              "required": ["name", "age"], "additionalProperties": False}
+    fsm = compile_json_schema(schema, vocab, whitespace="compact")
+    g = fsm.guide()
+    # keys may be spelled with escapes (`"\u006eame"`), so only `{"` is forced at first
+    assert vocab.decode(g.forced_tokens()) == b'{"'
+    for t in g.forced_tokens():
+        assert g.advance(t)
+    for t in encode(tokenizer("llama-bpe"), "name"):
+        assert g.advance(t)
+    forced = g.forced_tokens()
+    assert vocab.decode(forced) == b'":"'
+    for t in forced:
+        assert g.advance(t)
+    assert g.forced_tokens() == ()                         # inside the string: free
+    for t in encode(tokenizer("llama-bpe"), 'Bob",'):
+        assert g.advance(t)
+    assert vocab.decode(g.forced_tokens()) == b'"'
+
+
+def test_incompatible_vocabulary():
+    vocab = Vocabulary.from_token_bytes([b"a", b"b", b"ab", None], eos_token_ids=[3])
+    with pytest.raises(IncompatibleVocabularyError) as err:
+        compile_regex(r"x[ab]*", vocab)
+    assert err.value.missing == [ord("x")]
+    assert compile_regex(r"(ab)*", vocab).guide().allowed_token_ids().tolist() == [0, 2, 3]
+
+
+def test_compile_cache_and_inputs(gpt2):
+    schema = {"type": "object", "properties": {"x": {"type": "integer"}}}
+    a = compile_json_schema(schema, gpt2)
+    assert compile_json_schema(json.dumps(schema), gpt2) is a
+    assert compile_json_schema(schema, gpt2, whitespace="compact") is not a
+    pydantic = pytest.importorskip("pydantic")
+
+    class Point(pydantic.BaseModel):
+        x: int
+        y: int
+
+    g = compile_json_schema(Point, gpt2).guide()
+    for t in gpt2_encode(gpt2, '{"x": 1, "y": 2}'):
+        assert g.advance(t)
+    assert gpt2.eos_token_ids[0] in g.allowed_token_ids()
+
+
+def gpt2_encode(vocab: Vocabulary, text: str) -> list[int]:
+    """Greedy longest-match segmentation (a valid, non-canonical tokenization)."""
+    return segment(vocab, text.encode(), random.Random(0), greedy=True)
+
+
+# ---------------------------------------------------------------------------
+# every tokenization of allowed text is allowed
+
+
+def segment(vocab: Vocabulary, data: bytes, rng: random.Random, greedy: bool = False) -> list[int]:
+    """Split `data` into random pieces that are tokens of `vocab` (single bytes always exist)."""
+    index = _piece_index(vocab)
+    out, i = [], 0
+    while i < len(data):
+        options = [n for n in range(1, min(16, len(data) - i) + 1) if data[i:i + n] in index]
+        n = max(options) if greedy else rng.choice(options)
+        out.append(rng.choice(index[data[i:i + n]]))
+        i += n
+    return out
+
+
+_pieces: dict[str, dict[bytes, list[int]]] = {}
+
+
+def _piece_index(vocab: Vocabulary) -> dict[bytes, list[int]]:
+    key = vocab.fingerprint
+    if key not in _pieces:
+        eos = set(vocab.eos_token_ids)
+        index: dict[bytes, list[int]] = {}
+        for i, b in enumerate(vocab.token_bytes):
+            if b and i not in eos:
+                index.setdefault(b, []).append(i)
+        _pieces[key] = index
+    return _pieces[key]
+
+
+PROPERTY_REGEXES = [r"[a-z]{1,6}(-[a-z0-9]{1,4}){0,3}", r"\d{1,3}(\.\d{1,3}){3}",
+                    r"[A-Za-zÀ-ÿ ]{1,30}", r'"([^"\\\n]|\\[nt"])*"']
+
+
+@pytest.mark.parametrize("pattern", PROPERTY_REGEXES)
+@pytest.mark.parametrize("name", ["llama-bpe", "qwen2", "llama-spm"])
+def test_every_tokenization_is_accepted(pattern, name, vocabulary, tokenizer):
+    vocab = vocabulary(name)
+    fsm = compile_regex(pattern, vocab)
+    canonical = name != "llama-spm"                # SentencePiece prepends a space to the text
+
+    @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.from_regex(pattern, fullmatch=True), st.randoms(use_true_random=False))
+    def run(text, rng):
+        data = text.encode()
+        encodings = [segment(vocab, data, rng), segment(vocab, data, rng, greedy=True)]
+        if canonical:
+            encodings.append(encode(tokenizer(name), text))
+        for ids in encodings:
+            assert vocab.decode(ids) == data
+            g = fsm.guide()
+            for t in ids:
+                assert g.advance(t), (text, ids, t)
+            assert set(vocab.eos_token_ids) <= set(g.allowed_token_ids().tolist())
+
+    run()
