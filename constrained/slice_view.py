@@ -106,7 +106,7 @@ def slice_view(dfa, q: int, sl: Slice, memo: dict, first: np.ndarray) -> SliceVi
     `memo` caches per-state character steps across calls (one dict per FSM);
     `first` holds each token's first byte.
     """
-    level0 = _level(dfa, q, sl, lenient=True)
+    level0 = _level(dfa, q, sl, 0, lenient=True)
     if level0 is None or level0 is _CLOSED:
         return None
     reps, succ, excluded = level0
@@ -114,17 +114,22 @@ def slice_view(dfa, q: int, sl: Slice, memo: dict, first: np.ndarray) -> SliceVi
     # row 0 may exclude first bytes; later characters must not, so then it is no loop target
     index = {q: 0} if excluded is None else {}
     cycle, capacity = None, sl.max_started
-    limit = max(sl.max_started, int(sl.exit_level.max()) if len(sl.exit_level) else 0)
+    limit = len(sl.used_from) - 1                       # deeper levels see no slice move
     while len(rows) <= limit:
         if succ in index:                               # back to an earlier row: a loop
             start = index[succ]
             cycle = (start, len(rows) - start)
             break
         index[succ] = len(rows)
+        # a step checked at a shallower level checked a superset of the moves: reuse it
+        level = len(rows)
         key = (succ, sl.name)
-        step = memo.get(key)
-        if step is None:
-            step = memo[key] = _level(dfa, succ, sl, lenient=False)
+        hit = memo.get(key)
+        if hit is not None and hit[0] <= level:
+            step = hit[1]
+        else:
+            step = _level(dfa, succ, sl, level, lenient=False)
+            memo[key] = (level, step)
         if step is None:
             return None
         if step is _CLOSED:                             # a counter ran out: nothing more fits
@@ -139,16 +144,18 @@ def slice_view(dfa, q: int, sl: Slice, memo: dict, first: np.ndarray) -> SliceVi
     return SliceView(sl, np.array(rows, dtype=np.int32), cycle, capacity, excluded, first)
 
 
-def _level(dfa, q: int, sl: Slice, lenient: bool):
+def _level(dfa, q: int, sl: Slice, level: int, lenient: bool):
     """One character from `q`: (states inside the character, next state, excluded first bytes).
 
-    Returns `_CLOSED` when every slice byte is rejected, None when the slice is
-    followed irregularly.  `lenient` lets single-byte characters that go
-    elsewhere be excluded (only for the token's first character).
+    Only the slice moves tokens make at character level >= `level` are
+    checked.  Returns `_CLOSED` when every such first byte is rejected, None
+    when the slice is followed irregularly.  `lenient` lets single-byte
+    characters that go elsewhere be excluded (only for the token's first character).
     """
+    used = sl.used_from[min(level, len(sl.used_from) - 1)]
     row = dfa.transitions(q)                            # int32[256], memoized by the DFA
-    start_bytes = np.concatenate([ids for _, ids in sl.moves[0]])
-    if (row[start_bytes] < 0).all():
+    first = np.flatnonzero(used[0])
+    if (row[first] < 0).all():
         return _CLOSED
     reps = np.full(len(sl.table), -1, dtype=np.int32)
     reps[0] = q
@@ -158,6 +165,9 @@ def _level(dfa, q: int, sl: Slice, lenient: bool):
         a = todo.pop()
         row = dfa.transitions(int(reps[a]))
         for b, byte_ids in sl.moves[a]:
+            byte_ids = byte_ids[used[a, byte_ids]]
+            if not len(byte_ids):
+                continue
             targets = row[byte_ids]
             if b == 0 and a == 0 and lenient:
                 values, counts = np.unique(targets[targets >= 0], return_counts=True)

@@ -107,6 +107,8 @@ class Slice:
         exits: trie nodes whose prefix leaves the slice language at their own
             byte; `exit_from` / `exit_level` are the slice state / complete
             characters just before that byte, `exit_first` the prefix's first byte.
+        used_from: bool[levels, n_states, 256], slice moves tokens make at
+            character level >= l (the last level repeats for deeper ones).
     """
 
     name: str
@@ -121,6 +123,7 @@ class Slice:
     exit_from: np.ndarray
     exit_level: np.ndarray
     exit_first: np.ndarray
+    used_from: np.ndarray
     _masks: dict = field(default_factory=dict, repr=False)
 
     @cached_property
@@ -150,7 +153,7 @@ class Slice:
     @property
     def nbytes(self) -> int:
         arrays = (self.table, self.end, self.complete, self.started, self.member, self.bitmask,
-                  self.exits, self.exit_from, self.exit_level, self.exit_first)
+                  self.exits, self.exit_from, self.exit_level, self.exit_first, self.used_from)
         return sum(a.nbytes for a in arrays) + sum(m.nbytes for m in list(self._masks.values()))
 
 
@@ -169,10 +172,25 @@ def build_slice(name: str, table: np.ndarray, trie: VocabTrie, usable: np.ndarra
     has_parent = parent >= 0
     before = np.where(has_parent, inside[np.maximum(parent, 0)], 0)
     exits = np.flatnonzero((inside < 0) & (before >= 0)).astype(np.int32)
-    level = np.where(has_parent[exits], count[np.maximum(parent[exits], 0)], 0).astype(np.int32)
+    parent_count = np.where(has_parent, count[np.maximum(parent, 0)], 0)
     max_started = int(started[member].max()) if member.any() else 0
     return Slice(name, table, end, complete, started, member, pack_bits(member, n_words), max_started,
-                 exits, before[exits].astype(np.int32), level, trie.root_byte[exits])
+                 exits, before[exits].astype(np.int32), parent_count[exits].astype(np.int32),
+                 trie.root_byte[exits], _moves_used(inside, before, parent_count, trie.byte, len(table)))
+
+
+def _moves_used(inside, before, parent_count, byte, n_states: int) -> np.ndarray:
+    """bool[levels, n_states, 256]: slice moves some token makes at character level >= each level.
+
+    A DFA state need only follow the slice on the moves tokens make: deep
+    inside a counted string, tokens are ASCII runs, so there is no need to
+    check (and determinize) every 4-byte UTF-8 branch at level 60.
+    """
+    nodes = np.flatnonzero(inside >= 0)
+    levels = int(parent_count.max()) + 2 if len(parent_count) else 2
+    used = np.zeros((levels, n_states, 256), dtype=bool)
+    used[parent_count[nodes], before[nodes], byte[nodes]] = True
+    return np.logical_or.accumulate(used[::-1], axis=0)[::-1].copy()
 
 
 def pack_bits(flags: np.ndarray, n_words: int) -> np.ndarray:
