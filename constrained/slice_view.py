@@ -40,6 +40,18 @@ __all__ = ["SliceView", "slice_view"]
 # At most this many irregular ASCII first bytes are walked instead of sliced.
 _MAX_EXCLUDED = 40
 _CLOSED = "closed"
+_MISSING = object()
+# Character levels at which the set of checked slice moves may shrink.
+_BUCKETS = (0, 1, 8, 24, 48, 96)
+
+
+def _bucket(level: int) -> int:
+    """The deepest bucket boundary <= `level` (its move set includes the level's)."""
+    out = 0
+    for b in _BUCKETS:
+        if b <= level:
+            out = b
+    return out
 
 
 @dataclass(eq=False)
@@ -121,15 +133,13 @@ def slice_view(dfa, q: int, sl: Slice, memo: dict, first: np.ndarray) -> SliceVi
             cycle = (start, len(rows) - start)
             break
         index[succ] = len(rows)
-        # a step checked at a shallower level checked a superset of the moves: reuse it
-        level = len(rows)
-        key = (succ, sl.name)
-        hit = memo.get(key)
-        if hit is not None and hit[0] <= level:
-            step = hit[1]
-        else:
-            step = _level(dfa, succ, sl, level, lenient=False)
-            memo[key] = (level, step)
+        # checked with the moves of a few level buckets, so that the same state met
+        # at a slightly different depth (next token, next request) reuses the step
+        bucket = _bucket(len(rows))
+        key = (succ, sl.name, bucket)
+        step = memo.get(key, _MISSING)
+        if step is _MISSING:
+            step = memo[key] = _level(dfa, succ, sl, bucket, lenient=False)
         if step is None:
             return None
         if step is _CLOSED:                             # a counter ran out: nothing more fits
@@ -152,9 +162,9 @@ def _level(dfa, q: int, sl: Slice, level: int, lenient: bool):
     when the slice is followed irregularly.  `lenient` lets single-byte
     characters that go elsewhere be excluded (only for the token's first character).
     """
-    used = sl.used_from[min(level, len(sl.used_from) - 1)]
+    moves = sl.moves_at(level)
     row = dfa.transitions(q)                            # int32[256], memoized by the DFA
-    first = np.flatnonzero(used[0])
+    first = np.concatenate([ids for _, ids in moves[0]]) if moves[0] else np.empty(0, np.int64)
     if (row[first] < 0).all():
         return _CLOSED
     reps = np.full(len(sl.table), -1, dtype=np.int32)
@@ -164,10 +174,7 @@ def _level(dfa, q: int, sl: Slice, level: int, lenient: bool):
     while todo:
         a = todo.pop()
         row = dfa.transitions(int(reps[a]))
-        for b, byte_ids in sl.moves[a]:
-            byte_ids = byte_ids[used[a, byte_ids]]
-            if not len(byte_ids):
-                continue
+        for b, byte_ids in moves[a]:
             targets = row[byte_ids]
             if b == 0 and a == 0 and lenient:
                 values, counts = np.unique(targets[targets >= 0], return_counts=True)

@@ -125,12 +125,24 @@ class Slice:
     exit_first: np.ndarray
     used_from: np.ndarray
     _masks: dict = field(default_factory=dict, repr=False)
+    _moves_at: dict = field(default_factory=dict, repr=False)
 
     @cached_property
     def moves(self) -> list[list[tuple[int, np.ndarray]]]:
         """Per slice state: (next slice state, bytes leading there) groups."""
         return [[(int(b), np.flatnonzero(row == b)) for b in np.unique(row[row >= 0])]
                 for row in self.table]
+
+    def moves_at(self, level: int) -> list[list[tuple[int, np.ndarray]]]:
+        """`moves` restricted to the moves tokens make at character level >= `level` (cached)."""
+        level = min(level, len(self.used_from) - 1)
+        out = self._moves_at.get(level)
+        if out is None:
+            used = self.used_from[level]
+            out = [[(b, ids[used[a, ids]]) for b, ids in groups if used[a, ids].any()]
+                   for a, groups in enumerate(self.moves)]
+            self._moves_at[level] = out
+        return out
 
     def member_bitmask(self, capacity: int, excluded: np.ndarray | None, first: np.ndarray) -> np.ndarray:
         """Packed mask of slice tokens starting <= `capacity` characters, minus those whose
