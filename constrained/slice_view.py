@@ -118,7 +118,10 @@ def slice_view(dfa, q: int, sl: Slice, memo: dict, first: np.ndarray) -> SliceVi
     `memo` caches per-state character steps across calls (one dict per FSM);
     `first` holds each token's first byte.
     """
-    level0 = _level(dfa, q, sl, 0, lenient=True)
+    key = (q, sl.name, "first")
+    level0 = memo.get(key, _MISSING)
+    if level0 is _MISSING:
+        level0 = memo[key] = _level(dfa, q, sl, 0, lenient=True)
     if level0 is None or level0 is _CLOSED:
         return None
     reps, succ, excluded = level0
