@@ -126,7 +126,7 @@ def _requests(args: argparse.Namespace) -> list[Any]:
         raise UsageError("give --prompt TEXT (or --input FILE.jsonl)")
     if args.output:
         raise UsageError("--output goes with --input; single mode prints to stdout")
-    request = GenerationRequest(prompt=args.prompt, **common, **_constraint(args.schema, args.regex, args, "--schema"))
+    request = GenerationRequest(prompt=args.prompt, **common, **_constraint(args.schema, args.regex, args, None))
     _check(request, "")
     return [request]
 
@@ -138,11 +138,15 @@ def _check(request: Any, where: str) -> None:
         raise UsageError(f"{where}{e}") from None
 
 
-def _constraint(schema: Any, regex: Any, args: argparse.Namespace, where: str) -> dict[str, Any]:
-    """``{"schema"|"regex": ..., "options": ...}``, checked by compiling it to a grammar (no model needed)."""
+def _constraint(schema: Any, regex: Any, args: argparse.Namespace, where: str | None) -> dict[str, Any]:
+    """``{"schema"|"regex": ..., "options": ...}``, checked by compiling it to a grammar (no model needed).
+
+    `where` names the input line in batch mode; None means the command line flags.
+    """
     from constrained.errors import ConstraintError
 
     if regex is not None:
+        where = where or "--regex"
         if not isinstance(regex, str):
             raise UsageError(f"{where}: \"regex\" must be a string, got {regex!r}")
         from grammars.regex import regex_grammar
@@ -154,6 +158,7 @@ def _constraint(schema: Any, regex: Any, args: argparse.Namespace, where: str) -
         return {"regex": regex}
     if schema is None:
         return {}  # unconstrained
+    where = where or "--schema"
     if isinstance(schema, str):
         schema = _load_schema_arg(schema, where)
     options = {"strict": args.strict, "whitespace": args.whitespace}
