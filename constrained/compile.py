@@ -1,0 +1,116 @@
+"""`compile_regex` / `compile_json_schema`: constraint + vocabulary -> `TokenFSM`.
+
+Compiling is cheap by design (the DFA and the token masks are lazy); the
+result is still cached, keyed by (constraint, options, vocabulary fingerprint),
+so that repeated requests with the same schema share one FSM *and* its
+already-visited states.
+
+Example:
+    >>> from types import SimpleNamespace
+    >>> v = SimpleNamespace(token_bytes=(b"1", b"2", b"12", None), eos_token_ids=(3,), size=4, fingerprint="compile-doc")
+    >>> fsm = compile_regex(r"[12]+", v)
+    >>> fsm is compile_regex(r"[12]+", v)
+    True
+    >>> fsm.guide().allowed_token_ids().tolist()
+    [0, 1, 2]
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, Callable, Hashable
+
+from constrained.errors import InvalidSchemaError
+from constrained.token_fsm import TokenFSM
+
+if TYPE_CHECKING:
+    from constrained.vocab import Vocabulary
+
+__all__ = ["compile_regex", "compile_json_schema", "compile_grammar", "clear_cache"]
+
+_CACHE_SIZE = 128
+_cache: "OrderedDict[Hashable, TokenFSM]" = OrderedDict()
+_lock = threading.Lock()
+
+
+def compile_regex(pattern: str, vocab: "Vocabulary", **options: Any) -> TokenFSM:
+    """Token FSM for texts fully matching `pattern` (options go to `regex_grammar`).
+
+    Raises:
+        RegexSyntaxError, UnsupportedRegexError: bad pattern.
+        IncompatibleVocabularyError: no token can start a match.
+    """
+    from grammars.regex import regex_grammar
+
+    if not isinstance(pattern, str):
+        raise TypeError(f"pattern must be a str, got {type(pattern).__name__}: {pattern!r}")
+    key = ("regex", pattern, _options_key(options), vocab.fingerprint)
+    return _cached(key, lambda: compile_grammar(regex_grammar(pattern, **options), vocab))
+
+
+def compile_json_schema(schema: Any, vocab: "Vocabulary", **options: Any) -> TokenFSM:
+    """Token FSM for JSON documents valid under `schema`.
+
+    Args:
+        schema: a dict, a JSON string, or a pydantic model class.
+        vocab: the model's `Vocabulary`.
+        **options: passed to `json_schema_grammar` (e.g. whitespace policy).
+
+    Raises:
+        InvalidSchemaError, UnsupportedSchemaError: bad or unsupported schema.
+        IncompatibleVocabularyError: no token can start a document.
+    """
+    from grammars.json_schema import json_schema_grammar
+
+    schema = _as_schema_dict(schema)
+    text = json.dumps(schema, sort_keys=True, separators=(",", ":"))
+    key = ("json", text, _options_key(options), vocab.fingerprint)
+    return _cached(key, lambda: compile_grammar(json_schema_grammar(schema, **options), vocab))
+
+
+def compile_grammar(grammar, vocab: "Vocabulary") -> TokenFSM:
+    """Token FSM of a `grammars.ast.Grammar` (not cached)."""
+    from grammars.dfa import LazyDFA
+
+    return TokenFSM(LazyDFA(grammar), vocab)
+
+
+def clear_cache() -> None:
+    """Forget every cached FSM."""
+    with _lock:
+        _cache.clear()
+
+
+def _cached(key: Hashable, build: Callable[[], TokenFSM]) -> TokenFSM:
+    with _lock:
+        hit = _cache.get(key)
+        if hit is not None:
+            _cache.move_to_end(key)
+            return hit
+    fsm = build()                                 # outside the lock: compiles may run in parallel
+    with _lock:
+        fsm = _cache.setdefault(key, fsm)
+        _cache.move_to_end(key)
+        while len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    return fsm
+
+
+def _options_key(options: dict[str, Any]) -> str:
+    return json.dumps(options, sort_keys=True, default=repr)
+
+
+def _as_schema_dict(schema: Any) -> Any:
+    if isinstance(schema, (str, bytes)):
+        try:
+            return json.loads(schema)
+        except json.JSONDecodeError as e:
+            raise InvalidSchemaError(f"schema is not valid JSON ({e.msg})", "$", str(schema)[:80]) from None
+    if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
+        return schema.model_json_schema()        # pydantic v2 model class
+    if isinstance(schema, (dict, bool)):
+        return schema
+    raise InvalidSchemaError("schema must be a dict, a JSON string or a pydantic model class", "$",
+                             type(schema).__name__)

@@ -1,0 +1,238 @@
+"""The token-level FSM: DFA state -> allowed token ids, next states, bitmask.
+
+A `TokenFSM` is immutable from the outside: it maps each byte-DFA state to the
+tokens readable from it.  Nothing is precomputed per state: the first time a
+state is reached, one vectorized trie walk (see `vocab_trie`) answers it, and
+the answer is memoized as sorted ids + next states + a packed bitmask ready to
+copy.  "Inside a string" states use a precomputed slice (see `slices`) and
+walk only the small complement trie.
+
+Example:
+    >>> from grammars.ast import Grammar, literal, alt
+    >>> from grammars.dfa import LazyDFA
+    >>> from types import SimpleNamespace
+    >>> v = SimpleNamespace(token_bytes=(b"a", b"b", b"ab", None), eos_token_ids=(3,), size=4, fingerprint="doc")
+    >>> fsm = TokenFSM(LazyDFA(Grammar({"start": alt(literal(b"ab"), literal(b"b"))})), v)
+    >>> fsm.allowed_token_ids(fsm.initial).tolist()
+    [0, 1, 2]
+    >>> fsm.allowed_token_ids(fsm.next_state(fsm.initial, 1)).tolist()
+    [3]
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from constrained.errors import IncompatibleVocabularyError
+from constrained.slices import Slice, loops_on, pack_bits
+from constrained.vocab_index import VocabIndex
+
+if TYPE_CHECKING:
+    from constrained.guide import Guide
+    from constrained.vocab import Vocabulary
+
+__all__ = ["TokenFSM", "StateMasks", "FINISHED"]
+
+# Pseudo-state after EOS was read.
+FINISHED = -3
+# Forced byte strings longer than this are cut (a safety bound, not a limit users meet).
+_MAX_FORCED_BYTES = 4096
+_EMPTY = np.empty(0, dtype=np.int32)
+
+
+@dataclass(eq=False)
+class StateMasks:
+    """Everything the FSM knows about one DFA state (memoized on first visit).
+
+    Attributes:
+        ids: sorted allowed non-EOS ids *not* covered by `slice`.
+        next: next DFA state of each of `ids`.
+        slice: when set, every token of the slice is also allowed and leads
+            back to this same state.
+        accepting: the text so far is a complete match (EOS allowed).
+        bitmask: packed int32 mask of every allowed id, EOS included.
+    """
+
+    ids: np.ndarray
+    next: np.ndarray
+    slice: Slice | None
+    accepting: bool
+    bitmask: np.ndarray
+    allowed: np.ndarray | None = None     # full sorted id list, built on demand
+    forced: tuple[int, ...] | None = None
+
+    @property
+    def can_continue(self) -> bool:
+        return self.slice is not None or len(self.ids) > 0
+
+    @property
+    def nbytes(self) -> int:
+        n = self.ids.nbytes + self.next.nbytes + self.bitmask.nbytes
+        return n + (self.allowed.nbytes if self.allowed is not None else 0)
+
+
+class TokenFSM:
+    """Token-level view of a byte DFA over a vocabulary, computed lazily.
+
+    Args:
+        dfa: a `grammars.dfa.LazyDFA` (or anything with its interface).
+        vocab: the `Vocabulary` whose ids the masks are over.
+        use_slices: disable to measure the slice optimization.
+
+    Raises:
+        IncompatibleVocabularyError: no token can start a match (and the empty
+            string is not one).
+
+    Example:
+        >>> # see the module docstring
+    """
+
+    def __init__(self, dfa, vocab: "Vocabulary", use_slices: bool = True) -> None:
+        self.dfa = dfa
+        self.vocab = vocab
+        self.index = VocabIndex.for_vocab(vocab)
+        self.initial = int(dfa.initial)
+        self._slices = self.index.slices if use_slices else ()
+        self._memo: dict[int, StateMasks] = {}
+        self._lock = threading.RLock()
+        self._finished = StateMasks(_EMPTY, _EMPTY, None, True, self.index.eos_bitmask,
+                                    self.index.eos_ids, ())
+        self._check_initial()
+
+    # -- public queries -----------------------------------------------------
+
+    def masks(self, state: int) -> StateMasks:
+        """The memoized `StateMasks` of `state` (computed on first call)."""
+        m = self._memo.get(state)
+        if m is None:
+            if state == FINISHED:
+                return self._finished
+            with self._lock:                      # the DFA's lazy tables are not thread-safe
+                m = self._memo.get(state)
+                if m is None:
+                    m = self._compute(state)
+                    self._memo[state] = m
+        return m
+
+    def allowed_token_ids(self, state: int) -> np.ndarray:
+        """Sorted int32 ids allowed from `state`, EOS included iff accepting."""
+        m = self.masks(state)
+        if m.allowed is None:
+            m.allowed = self._materialize(m)
+        return m.allowed
+
+    def bitmask(self, state: int) -> np.ndarray:
+        """Packed int32 mask (bit i of word i // 32 = token i allowed). Do not modify."""
+        return self.masks(state).bitmask
+
+    def next_state(self, state: int, token_id: int) -> int:
+        """State after `token_id`; `FINISHED` after EOS; -1 when not allowed."""
+        m = self.masks(state)
+        if not 0 <= token_id < self.index.size or not (int(m.bitmask[token_id >> 5]) >> (token_id & 31)) & 1:
+            return -1
+        if token_id in self.index.eos_set:
+            return FINISHED
+        if m.slice is not None and m.slice.member[token_id]:
+            return state
+        i = int(np.searchsorted(m.ids, token_id))
+        return int(m.next[i])
+
+    def is_accepting(self, state: int) -> bool:
+        return state == FINISHED or self.masks(state).accepting
+
+    def forced_tokens(self, state: int) -> tuple[int, ...]:
+        """Token ids spelling the bytes forced from `state` (longest match first)."""
+        m = self.masks(state)
+        if m.forced is None:
+            m.forced = self._forced(state)
+        return m.forced
+
+    def guide(self) -> "Guide":
+        """A fresh cursor at the initial state."""
+        from constrained.guide import Guide
+        return Guide(self)
+
+    @property
+    def num_states_visited(self) -> int:
+        return len(self._memo)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the memoized per-state tables (not the shared vocabulary index)."""
+        return sum(m.nbytes for m in list(self._memo.values()))
+
+    # -- computation --------------------------------------------------------
+
+    def _compute(self, state: int) -> StateMasks:
+        dfa = self.dfa
+        if state < 0:
+            return StateMasks(_EMPTY, _EMPTY, None, False, np.zeros(self.index.n_words, np.int32), _EMPTY, ())
+        dfa.expand(np.array([state], dtype=np.int32))
+        accepting = bool(dfa.is_accepting(state))
+        sl = next((s for s in self._slices if loops_on(dfa, state, s)), None)
+        trie = sl.complement if sl is not None else self.index.trie
+        ids, nxt = trie.walk(state, dfa.byte_class, lambda: dfa.table, dfa.expand)
+        ids, nxt = self._sort(ids, nxt)
+        flags = np.zeros(self.index.size, dtype=bool)
+        flags[ids] = True
+        bitmask = pack_bits(flags, self.index.n_words)
+        if sl is not None:
+            bitmask |= sl.bitmask
+        if accepting:
+            bitmask |= self.index.eos_bitmask
+        return StateMasks(ids, nxt.astype(np.int32, copy=False), sl, accepting, bitmask)
+
+    def _sort(self, ids: np.ndarray, nxt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # Large sets: scatter into a dense row (O(vocab)) beats an O(n log n) sort.
+        if len(ids) * 16 < self.index.size:
+            order = np.argsort(ids, kind="stable")
+            return ids[order], nxt[order]
+        dense = np.full(self.index.size, -1, dtype=np.int32)
+        dense[ids] = nxt
+        sorted_ids = np.flatnonzero(dense >= 0).astype(np.int32)
+        return sorted_ids, dense[sorted_ids]
+
+    def _materialize(self, m: StateMasks) -> np.ndarray:
+        if m.slice is None:
+            eos = self.index.eos_ids if m.accepting else _EMPTY
+            return np.union1d(m.ids, eos).astype(np.int32) if len(eos) else m.ids
+        bits = np.unpackbits(m.bitmask.view(np.uint8), bitorder="little")[: self.index.size]
+        return np.flatnonzero(bits).astype(np.int32)
+
+    def _forced_bytes(self, state: int) -> bytes:
+        """Bytes forced from `state`: one possible next byte and no EOS, repeatedly."""
+        dfa, out = self.dfa, bytearray()
+        while state >= 0 and len(out) < _MAX_FORCED_BYTES and not dfa.is_accepting(state):
+            dfa.expand(np.array([state], dtype=np.int32))
+            row = dfa.table[state][dfa.byte_class]
+            live = np.flatnonzero(row >= 0)
+            if len(live) != 1:
+                break
+            out.append(int(live[0]))
+            state = int(row[live[0]])
+        return bytes(out)
+
+    def _forced(self, state: int) -> tuple[int, ...]:
+        data = self._forced_bytes(state)
+        tokens: list[int] = []
+        while data:
+            # every prefix of forced bytes is readable, so the longest token that spells one is allowed
+            tok, n = self.index.trie.longest_prefix_token(data)
+            if tok < 0:
+                break
+            tokens.append(tok)
+            data = data[n:]
+        return tuple(tokens)
+
+    def _check_initial(self) -> None:
+        m = self.masks(self.initial)
+        if m.can_continue or m.accepting:
+            return
+        row = self.dfa.transitions(self.initial)
+        wanted = {b for b in range(256) if row[b] >= 0}
+        missing = sorted(wanted - self.index.first_bytes) or sorted(wanted)
+        raise IncompatibleVocabularyError(missing, "the start of the constraint")

@@ -1,0 +1,88 @@
+"""Per-vocabulary precomputation shared by every constraint compiled for it.
+
+Building the trie of a 128k-token vocabulary and its slices takes a fraction
+of a second; it depends only on the vocabulary, so it is done once and cached
+by the vocabulary's fingerprint.
+
+Example:
+    >>> from types import SimpleNamespace
+    >>> v = SimpleNamespace(token_bytes=(b"a", b"b", None), eos_token_ids=(2,), size=3, fingerprint="ab")
+    >>> index = VocabIndex.for_vocab(v)
+    >>> index.trie.n_tokens, index.eos_ids.tolist(), index.n_words
+    (2, [2], 1)
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from constrained.slices import SLICE_LANGUAGES, Slice, build_slice, pack_bits
+from constrained.vocab_trie import VocabTrie
+
+if TYPE_CHECKING:
+    from constrained.vocab import Vocabulary
+
+__all__ = ["VocabIndex"]
+
+_CACHE_SIZE = 4
+
+
+class VocabIndex:
+    """Trie, slices and EOS facts of one vocabulary.
+
+    Attributes:
+        size: number of token ids (model logit rows).
+        n_words: int32 words of a packed bitmask, ceil(size / 32).
+        eos_ids: sorted int32 EOS ids.
+        eos_bitmask: packed mask of the EOS ids.
+        usable: bool[size], tokens that may appear inside constrained text
+            (has bytes, not empty, not EOS).
+        trie: trie of the usable tokens.
+        slices: precomputed slices, largest language first.
+    """
+
+    _cache: "OrderedDict[str, VocabIndex]" = OrderedDict()
+    _lock = threading.Lock()
+
+    def __init__(self, vocab: "Vocabulary", slices: tuple[str, ...] = tuple(SLICE_LANGUAGES)) -> None:
+        self.token_bytes = tuple(vocab.token_bytes)
+        self.size = int(vocab.size)
+        self.n_words = (self.size + 31) // 32
+        eos = sorted({int(i) for i in vocab.eos_token_ids if 0 <= int(i) < self.size})
+        self.eos_ids = np.array(eos, dtype=np.int32)
+        self.eos_set = frozenset(eos)
+        is_eos = np.zeros(self.size, dtype=bool)
+        is_eos[self.eos_ids] = True
+        self.eos_bitmask = pack_bits(is_eos, self.n_words)
+        self.usable = np.fromiter((bool(b) for b in self.token_bytes), dtype=bool, count=self.size) & ~is_eos
+        usable_ids = np.flatnonzero(self.usable).tolist()
+        self.trie = VocabTrie.build(self.token_bytes, usable_ids)
+        self.slices: tuple[Slice, ...] = tuple(
+            build_slice(name, self.trie, self.token_bytes, self.usable, self.n_words) for name in slices
+        )
+        self.first_bytes = frozenset(self.trie.byte[: self.trie.n_roots].tolist())
+
+    @property
+    def nbytes(self) -> int:
+        return (self.trie.nbytes + sum(s.nbytes for s in self.slices) + self.usable.nbytes
+                + self.eos_bitmask.nbytes)
+
+    @classmethod
+    def for_vocab(cls, vocab: "Vocabulary") -> "VocabIndex":
+        """The cached index of `vocab` (built on first use)."""
+        key = str(vocab.fingerprint)
+        with cls._lock:
+            hit = cls._cache.get(key)
+            if hit is not None:
+                cls._cache.move_to_end(key)
+                return hit
+        index = cls(vocab)
+        with cls._lock:
+            cls._cache[key] = index
+            while len(cls._cache) > _CACHE_SIZE:
+                cls._cache.popitem(last=False)
+        return index

@@ -1,0 +1,336 @@
+"""Lazy DFA over a byte-level `Grammar`, determinized one row at a time.
+
+A DFA state is an interned frozenset of NFA *configurations*: a byte-consuming
+NFA state plus a call stack of return states (stacks are interned as
+parent-pointer ids, so a configuration is one int `stack * N + state`). The
+stack depth is bounded by `max_depth`, which unrolls recursive grammars to a
+fixed nesting depth.
+
+Rows are computed only when first asked for, per *byte class*: bytes that no
+mask in the NFA tells apart share one class and always move alike.
+
+Invariant: every state other than `DEAD` is live: some continuation reaches
+acceptance (the only exception is `initial` of a grammar whose language is
+empty, see `is_empty`). Configurations that cannot finish within their
+remaining depth budget are dropped as soon as they appear (`NFA.need`).
+
+Example:
+    >>> from grammars.ast import Grammar, literal, star
+    >>> dfa = LazyDFA(Grammar({"start": star(literal(b"ab"))}))
+    >>> dfa.matches(b"abab"), dfa.matches(b"aba")
+    (True, False)
+    >>> dfa.walk(dfa.initial, b"b") == DEAD
+    True
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+from grammars.ast import Grammar
+from grammars.errors import StateBudgetError
+from grammars.nfa import NFA
+
+__all__ = ["LazyDFA", "compile_dfa", "DEAD", "UNEXPANDED"]
+
+DEAD = -1
+UNEXPANDED = -2
+_ACCEPT = -1  # the configuration "start rule finished with an empty stack"
+
+
+class LazyDFA:
+    """Deterministic automaton of a grammar, built lazily.
+
+    Args:
+        grammar: the grammar; its `start` rule must derive the whole input.
+        max_states: budget of DFA states; exceeding it raises
+            `StateBudgetError`.
+        max_depth: maximum nesting of rule calls (recursion unrolling depth).
+
+    Example:
+        >>> from grammars.ast import Grammar, byte_range, plus
+        >>> dfa = LazyDFA(Grammar({"start": plus(byte_range(48, 57))}))
+        >>> s = dfa.walk(dfa.initial, b"42")
+        >>> dfa.is_accepting(s), dfa.num_classes
+        (True, 2)
+    """
+
+    def __init__(self, grammar: Grammar, *, max_states: int = 100_000, max_depth: int = 64) -> None:
+        if max_depth < 0:
+            raise ValueError(f"max_depth must be >= 0, got {max_depth}")
+        self.grammar = grammar
+        self.max_states = max_states
+        self.max_depth = max_depth
+        self.nfa = nfa = NFA(grammar, max_depth=max_depth)
+        self._n = nfa.num_states
+        self._need = nfa.need
+        self._eclose: list[tuple | None] = [None] * self._n
+        self._moves: list[tuple | None] = [None] * self._n
+        # Stacks: id 0 is empty; id -> (return state, parent id), depth per id.
+        self._stack_ids: dict[tuple[int, int], int] = {}
+        self._stacks: list[tuple[int, int]] = [(-1, -1)]
+        self._depth: list[int] = [0]
+        self._init_classes(nfa.masks())
+        self._ids: dict[frozenset[int], int] = {}
+        self._configs: list[frozenset[int]] = []
+        self._rows: list[list[int] | None] = []
+        self._seed_memo: dict[frozenset[int], int] = {}
+        self._trans: dict[int, np.ndarray] = {}
+        self._table = np.full((16, self.num_classes), UNEXPANDED, dtype=np.int32)
+        self._accepting = np.zeros(16, dtype=bool)
+        start = nfa.rule_start[0]
+        configs = self._close([start]) if nfa.need[start] <= max_depth else frozenset()
+        self.initial: int = self._intern(configs)
+
+    # -- public API -----------------------------------------------------------
+
+    @property
+    def num_states(self) -> int:
+        """Number of DFA states discovered so far (rows may be unexpanded)."""
+        return len(self._configs)
+
+    @property
+    def table(self) -> np.ndarray:
+        """int32[num_states, num_classes]; unexpanded rows hold `UNEXPANDED`."""
+        return self._table[: self.num_states]
+
+    @property
+    def accepting(self) -> np.ndarray:
+        """bool[num_states]: whether each known state accepts."""
+        return self._accepting[: self.num_states]
+
+    @property
+    def is_empty(self) -> bool:
+        """True when the grammar (at this depth) matches no byte string at all."""
+        return not self._configs[self.initial]
+
+    @property
+    def nbytes(self) -> int:
+        """Approximate memory held by the DFA (tables, interned states, NFA)."""
+        configs = sum(len(c) for c in self._configs)
+        rows = sum(1 for r in self._rows if r is not None) * self.num_classes
+        return int(
+            self._table.nbytes + self._accepting.nbytes + 60 * configs + 36 * rows
+            + 120 * self._n + 64 * len(self._stacks) + 2100 * len(self._trans)
+        )
+
+    def is_accepting(self, state: int) -> bool:
+        return state >= 0 and bool(self._accepting[state])
+
+    def next_state(self, state: int, byte: int) -> int:
+        """The state after reading `byte` in `state` (DEAD if none)."""
+        row = self._rows[state] or self._expand_one(state)
+        return row[self._bc[byte]]
+
+    def transitions(self, state: int) -> np.ndarray:
+        """int32[256]: next state per byte value (memoized)."""
+        out = self._trans.get(state)
+        if out is None:
+            row = self._rows[state] or self._expand_one(state)
+            out = np.asarray(row, dtype=np.int32)[self.byte_class]
+            out.flags.writeable = False
+            self._trans[state] = out
+        return out
+
+    def expand(self, states: Iterable[int] | np.ndarray) -> None:
+        """Make sure the rows of `states` are computed."""
+        rows = self._rows
+        for s in np.asarray(states, dtype=np.int64).ravel().tolist():
+            if s >= 0 and rows[s] is None:
+                self._expand_one(s)
+
+    def walk(self, state: int, data: bytes) -> int:
+        """Run `data` from `state`; DEAD as soon as a byte has no move."""
+        rows, bc = self._rows, self._bc
+        for byte in data:
+            if state < 0:
+                return DEAD
+            row = rows[state] or self._expand_one(state)
+            state = row[bc[byte]]
+        return state
+
+    def matches(self, data: bytes) -> bool:
+        """Whether the grammar derives exactly `data`."""
+        return self.is_accepting(self.walk(self.initial, data))
+
+    def explore(self) -> int:
+        """Expand every reachable state (bounded by `max_states`); return their count."""
+        todo = [self.initial]
+        seen = {self.initial}
+        while todo:
+            s = todo.pop()
+            for t in self._rows[s] or self._expand_one(s):
+                if t >= 0 and t not in seen:
+                    seen.add(t)
+                    todo.append(t)
+        return len(seen)
+
+    # -- byte classes ------------------------------------------------------------
+
+    def _init_classes(self, masks: set[int]) -> None:
+        ordered = sorted(masks)
+        if ordered:
+            bits = np.array(
+                [np.unpackbits(np.frombuffer(m.to_bytes(32, "little"), np.uint8), bitorder="little")
+                 for m in ordered], dtype=np.uint8)
+            _, inverse = np.unique(bits.T, axis=0, return_inverse=True)
+            classes = inverse.reshape(-1).astype(np.int32)
+        else:
+            classes = np.zeros(256, dtype=np.int32)
+        self.byte_class: np.ndarray = classes
+        self.byte_class.flags.writeable = False
+        self.num_classes: int = int(classes.max()) + 1
+        self._bc: list[int] = classes.tolist()
+        rep = [0] * self.num_classes
+        for b in range(255, -1, -1):
+            rep[self._bc[b]] = b
+        self._class_rep = rep
+        self._mask_classes: dict[int, tuple[int, ...]] = {}
+
+    def _classes_of(self, mask: int) -> tuple[int, ...]:
+        out = self._mask_classes.get(mask)
+        if out is None:
+            out = tuple(c for c, b in enumerate(self._class_rep) if mask >> b & 1)
+            self._mask_classes[mask] = out
+        return out
+
+    # -- determinization -----------------------------------------------------
+
+    def _eclose_of(self, s: int) -> tuple:
+        """Stack-free epsilon closure of s: (byte states, calls, reaches end)."""
+        nfa = self.nfa
+        seen = {s}
+        todo = [s]
+        byte_states: list[int] = []
+        calls: list[tuple[int, int]] = []
+        end = False
+        while todo:
+            u = todo.pop()
+            if nfa.edges[u]:
+                byte_states.append(u)
+            for r, t in nfa.calls[u]:
+                calls.append((nfa.rule_start[r], nfa.forward(t)))
+            end = end or nfa.is_end[u]
+            for v in nfa.eps[u]:
+                if v not in seen:
+                    seen.add(v)
+                    todo.append(v)
+        out = (tuple(byte_states), tuple(calls), end)
+        self._eclose[s] = out
+        return out
+
+    def _push(self, k: int, ret: int) -> int:
+        key = (ret, k)
+        sid = self._stack_ids.get(key)
+        if sid is None:
+            sid = len(self._stacks)
+            self._stack_ids[key] = sid
+            self._stacks.append(key)
+            self._depth.append(self._depth[k] + 1)
+        return sid
+
+    def _close(self, seeds: Iterable[int]) -> frozenset[int]:
+        """Closure of configurations `seeds` (ints stack*N + state), pruned to
+        those that can still finish; includes `_ACCEPT` when accepting."""
+        n, need, maxd, depth = self._n, self._need, self.max_depth, self._depth
+        eclose = self._eclose
+        out: set[int] = set()
+        seen: set[int] = set()
+        todo = list(seeds)
+        while todo:
+            cfg = todo.pop()
+            if cfg in seen:
+                continue
+            seen.add(cfg)
+            k, s = divmod(cfg, n)
+            budget = maxd - depth[k]
+            if need[s] > budget:
+                continue
+            byte_states, calls, end = eclose[s] or self._eclose_of(s)
+            base = k * n
+            for b in byte_states:
+                if need[b] <= budget:
+                    out.add(base + b)
+            for start, ret in calls:
+                if need[start] < budget and need[ret] <= budget:
+                    todo.append(self._push(k, ret) * n + start)
+            if end:
+                if k == 0:
+                    out.add(_ACCEPT)
+                else:
+                    ret, parent = self._stacks[k]
+                    todo.append(parent * n + ret)
+        return frozenset(out)
+
+    def _intern(self, configs: frozenset[int]) -> int:
+        sid = self._ids.get(configs)
+        if sid is not None:
+            return sid
+        sid = len(self._configs)
+        if sid >= self.max_states:
+            raise StateBudgetError(self.max_states, "DFA")
+        self._ids[configs] = sid
+        self._configs.append(configs)
+        self._rows.append(None)
+        if sid >= len(self._accepting):
+            self._grow()
+        self._accepting[sid] = _ACCEPT in configs
+        return sid
+
+    def _grow(self) -> None:
+        cap = 2 * len(self._accepting)
+        table = np.full((cap, self.num_classes), UNEXPANDED, dtype=np.int32)
+        table[: len(self._table)] = self._table
+        acc = np.zeros(cap, dtype=bool)
+        acc[: len(self._accepting)] = self._accepting
+        self._table, self._accepting = table, acc
+
+    def _moves_of(self, b: int) -> tuple:
+        out = tuple((self._classes_of(mask), t) for mask, t in self.nfa.edges[b])
+        self._moves[b] = out
+        return out
+
+    def _expand_one(self, state: int) -> list[int]:
+        """Compute (and memoize) the row of `state`."""
+        n = self._n
+        moves = self._moves
+        buckets: dict[int, list[int]] = {}
+        for cfg in self._configs[state]:
+            if cfg < 0:
+                continue
+            k, b = divmod(cfg, n)
+            base = k * n
+            for classes, t in moves[b] or self._moves_of(b):
+                seed = base + t
+                for c in classes:
+                    bucket = buckets.get(c)
+                    if bucket is None:
+                        buckets[c] = [seed]
+                    else:
+                        bucket.append(seed)
+        row = [DEAD] * self.num_classes
+        memo = self._seed_memo
+        for c, seeds in buckets.items():
+            key = frozenset(seeds)
+            sid = memo.get(key)
+            if sid is None:
+                configs = self._close(key)
+                sid = self._intern(configs) if configs else DEAD
+                memo[key] = sid
+            row[c] = sid
+        self._rows[state] = row
+        self._table[state] = row
+        return row
+
+
+def compile_dfa(grammar: Grammar, **options: int) -> LazyDFA:
+    """Build the lazy DFA of `grammar` (options: `max_states`, `max_depth`).
+
+    Example:
+        >>> from grammars.ast import Grammar, literal
+        >>> compile_dfa(Grammar({"start": literal(b"ok")})).matches(b"ok")
+        True
+    """
+    return LazyDFA(grammar, **options)

@@ -1,0 +1,194 @@
+"""JSON string bodies: every encoding of a code point set, literals, complements.
+
+A JSON string can spell one character in several ways: raw UTF-8 (except
+`"`, `\\` and control characters, which must be escaped), a short escape
+(`\\" \\\\ \\/ \\b \\f \\n \\r \\t`), `\\uXXXX` with hex digits of either case,
+or a surrogate pair `\\uD83D\\uDE00` for characters beyond the BMP.
+`json_char(ranges)` accepts all of them, so constraints written over decoded
+strings (`pattern`, `enum`, property names) hold for any serializer's output.
+
+Lone surrogate escapes (`\\uD800` without its pair) are rejected: they are
+not Unicode scalar values. Nodes here describe the string *body* (between
+the quotes); `quoted()` adds the quotes.
+
+Example:
+    >>> from grammars.dfa import LazyDFA
+    >>> from grammars.ast import Grammar
+    >>> dfa = LazyDFA(Grammar({"start": quoted(string_literal("é"))}))
+    >>> [dfa.matches(s) for s in (b'"\\xc3\\xa9"', b'"\\\\u00e9"', b'"\\\\u00E9"', b'"e"')]
+    [True, True, True, False]
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Iterable
+
+from grammars.ast import (
+    EMPTY, MAX_CODEPOINT, NOTHING, Node, alt, byteset, codepoints, literal, repeat, seq, star,
+)
+from grammars.json_numbers import fixed_range
+
+__all__ = [
+    "json_char", "ANY_CHAR", "ALL_CODEPOINTS", "string_literal", "string_not_in", "quoted",
+    "any_string_body", "normalize_ranges", "SHORT_ESCAPES",
+]
+
+Ranges = tuple[tuple[int, int], ...]
+
+ALL_CODEPOINTS: Ranges = ((0, MAX_CODEPOINT),)
+SHORT_ESCAPES = {0x22: b'"', 0x5C: b"\\", 0x2F: b"/", 0x08: b"b", 0x0C: b"f", 0x0A: b"n", 0x0D: b"r", 0x09: b"t"}
+_SURR_LO, _SURR_HI = 0xD800, 0xDFFF
+QUOTE = literal(b'"')
+
+
+def normalize_ranges(ranges: Iterable[tuple[int, int]]) -> Ranges:
+    """Sorted, merged, surrogate-free code point ranges."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(ranges):
+        for a, b in ((lo, min(hi, _SURR_LO - 1)), (max(lo, _SURR_HI + 1), hi)):
+            if a > b:
+                continue
+            if out and a <= out[-1][1] + 1:
+                out[-1] = (out[-1][0], max(out[-1][1], b))
+            else:
+                out.append((a, b))
+    return tuple(out)
+
+
+def _clip(ranges: Ranges, lo: int, hi: int) -> Ranges:
+    return tuple((max(a, lo), min(b, hi)) for a, b in ranges if max(a, lo) <= min(b, hi))
+
+
+def _minus(ranges: Ranges, points: Iterable[int]) -> Ranges:
+    out = list(ranges)
+    for p in points:
+        out = [piece for a, b in out for piece in ((a, min(b, p - 1)), (max(a, p + 1), b)) if piece[0] <= piece[1]]
+    return tuple(out)
+
+
+def _hex_digit(lo: int, hi: int) -> Node:
+    """Hex digits with values lo..hi, either letter case."""
+    values = range(lo, hi + 1)
+    out = [0x30 + v for v in values if v < 10]
+    out += [0x57 + v for v in values if v >= 10] + [0x37 + v for v in values if v >= 10]
+    return byteset(out)
+
+
+def _hex4(lo: int, hi: int) -> Node:
+    digits = lambda v: [(v >> s) & 0xF for s in (12, 8, 4, 0)]  # noqa: E731
+    return fixed_range(digits(lo), digits(hi), 16, _hex_digit)
+
+
+_U = literal(b"\\u")
+
+
+def _surrogate_pairs(lo: int, hi: int) -> Node:
+    """`\\uHHHH\\uLLLL` spellings of the astral code points lo..hi."""
+    a, b = lo - 0x10000, hi - 0x10000
+    ha, la, hb, lb = a >> 10, a & 0x3FF, b >> 10, b & 0x3FF
+
+    def pair(h0: int, h1: int, l0: int, l1: int) -> Node:
+        return seq(_U, _hex4(0xD800 + h0, 0xD800 + h1), _U, _hex4(0xDC00 + l0, 0xDC00 + l1))
+
+    if ha == hb:
+        return pair(ha, ha, la, lb)
+    parts = []
+    if la:
+        parts.append(pair(ha, ha, la, 0x3FF))
+        ha += 1
+    tail = None
+    if lb != 0x3FF:
+        tail = pair(hb, hb, 0, lb)
+        hb -= 1
+    if ha <= hb:
+        parts.append(pair(ha, hb, 0, 0x3FF))
+    if tail is not None:
+        parts.append(tail)
+    return alt(*parts)
+
+
+@lru_cache(maxsize=8192)
+def _json_char(ranges: Ranges) -> Node:
+    raw = _minus(_clip(ranges, 0x20, MAX_CODEPOINT), (0x22, 0x5C))
+    letters = [SHORT_ESCAPES[cp] for cp in sorted(SHORT_ESCAPES) if any(a <= cp <= b for a, b in ranges)]
+    parts = [codepoints(raw)] if raw else []
+    if letters:
+        parts.append(seq(literal(b"\\"), byteset(b"".join(letters))))
+    bmp = _clip(ranges, 0, 0xFFFF)
+    if bmp:
+        parts.append(seq(_U, alt(*(_hex4(a, b) for a, b in bmp))))
+    parts += [_surrogate_pairs(a, b) for a, b in _clip(ranges, 0x10000, MAX_CODEPOINT)]
+    return alt(*parts)
+
+
+def json_char(ranges: Iterable[tuple[int, int]]) -> Node:
+    """One character of a JSON string body with code point in `ranges`, in
+    every spelling JSON allows (raw UTF-8 where legal, short escape, `\\uXXXX`
+    in any letter case, surrogate pair). This is the `encode` hook handed to
+    `regex_node`.
+
+    Example:
+        >>> from grammars.dfa import LazyDFA
+        >>> from grammars.ast import Grammar
+        >>> dfa = LazyDFA(Grammar({"start": json_char([(0x0A, 0x0A)])}))
+        >>> [dfa.matches(s) for s in (b"\\\\n", b"\\\\u000A", b"\\n")]
+        [True, True, False]
+    """
+    norm = normalize_ranges(ranges)
+    return _json_char(norm) if norm else NOTHING
+
+
+ANY_CHAR: Node = json_char(ALL_CODEPOINTS)
+
+
+def any_string_body(min_length: int = 0, max_length: int | None = None) -> Node:
+    """String bodies of min_length..max_length code points."""
+    return repeat(ANY_CHAR, min_length, max_length)
+
+
+def quoted(body: Node) -> Node:
+    return seq(QUOTE, body, QUOTE)
+
+
+def string_literal(text: str) -> Node:
+    """Every JSON spelling of the body of the string `text`."""
+    return seq(*(json_char(((ord(c), ord(c)),)) for c in text))
+
+
+def string_not_in(words: Iterable[str]) -> Node:
+    """Bodies of all strings except `words` (complement of a finite set, via a trie).
+
+    Example:
+        >>> from grammars.dfa import LazyDFA
+        >>> from grammars.ast import Grammar
+        >>> dfa = LazyDFA(Grammar({"start": string_not_in(["a", "ab"])}))
+        >>> [dfa.matches(s) for s in (b"", b"a", b"ab", b"abc", b"b", b"\\\\u0061")]
+        [True, False, False, True, True, False]
+    """
+    trie: dict = {}
+    for w in words:
+        node = trie
+        for ch in w:
+            node = node.setdefault(ord(ch), {})
+        node[None] = True
+    return _complement(trie)
+
+
+def _complement(trie: dict) -> Node:
+    parts = [] if trie.get(None) else [EMPTY]
+    children = sorted(k for k in trie if k is not None)
+    others = _minus(ALL_CODEPOINTS, children)
+    if others:
+        parts.append(seq(json_char(others), star(ANY_CHAR)))
+    for cp in children:
+        parts.append(seq(json_char(((cp, cp),)), _complement(trie[cp])))
+    return alt(*parts)
+
+
+def ascii_char(ranges: Iterable[tuple[int, int]]) -> Node:
+    """Raw (unescaped) printable ASCII only: used for `format` grammars, whose
+    characters never need escaping, so that format automata stay small."""
+    out = [b for lo, hi in ranges for b in range(max(lo, 0x20), min(hi, 0x7E) + 1) if b not in (0x22, 0x5C)]
+    return byteset(out) if out else NOTHING
+
