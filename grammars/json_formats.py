@@ -14,10 +14,10 @@ escapes these characters, so this never rejects a real serializer's output.
 | time      | RFC 3339 full-time: `HH:MM:SS(.d+)?(Z|±HH:MM)`, seconds 00-59, `z`   |
 | date-time | date `T`/`t` time                                                     |
 | duration  | RFC 3339 appendix A (`P1Y2M`, `PT5M`, `P3W`, ...)                    |
-| email     | dot-atom local part `@` hostname (RFC 5321 subset: no quoted local   |
-|           | parts, no address literals)                                          |
-| hostname  | RFC 1123 labels of 1-63 chars; <= 3 labels, or 4-8 labels of <= 30   |
-|           | chars (keeps the whole name within 253 characters)                   |
+| email     | dot-atom local part `@` labels of 1-63 chars (RFC 5321 subset: no    |
+|           | quoted local parts or address literals; total length not limited)    |
+| hostname  | RFC 1123 labels of 1-63 chars, <= 253 chars in all, as a union of    |
+|           | shapes (<= 3 labels of <= 63, <= 8 of <= 30, ..., <= 127 of 1 char)   |
 | ipv4      | dotted quad, octets 0-255 without leading zeros                      |
 | ipv6      | RFC 4291 text forms incl. `::` and embedded IPv4, no zone id         |
 | uri       | RFC 3986 `URI` (scheme, authority, path, query, fragment)            |
@@ -98,20 +98,29 @@ _LD = _ALPHA + _DIGITS
 
 
 def _label(max_len: int) -> Node:
+    if max_len == 1:
+        return _c(_LD)
     return seq(_c(_LD), optional(seq(repeat(_c(_LD + "-"), 0, max_len - 2), _c(_LD))))
 
 
 def _hostname() -> Node:
+    """Names of at most 253 characters, as a union of shapes: up to L labels of
+    at most m characters each with L*m + L-1 <= 253 (3 x 63, 8 x 30, ..., 127 x 1)."""
     dot = _lit(".")
-    long_labels = seq(_label(63), repeat(seq(dot, _label(63)), 0, 2))
-    many_labels = seq(_label(30), repeat(seq(dot, _label(30)), 3, 7))
-    return alt(long_labels, many_labels)
+    shapes, fewest = [], 1
+    for most in (3, 8, 16, 32, 64, 127):
+        width = min(63, (254 - most) // most)
+        shapes.append(seq(_label(width), repeat(seq(dot, _label(width)), fewest - 1, most - 1)))
+        fewest = most + 1
+    return alt(*shapes)
 
 
 def _email() -> Node:
     atext = _c(_ALPHA + _DIGITS + "!#$%&'*+-/=?^_`{|}~")
     local = seq(plus(atext), star(seq(_lit("."), plus(atext))))
-    return seq(local, _lit("@"), _hostname())
+    # RFC 5321's overall length limits are not counted here (jsonschema checks only "@").
+    domain = seq(_label(63), star(seq(_lit("."), _label(63))))
+    return seq(local, _lit("@"), domain)
 
 
 def _ipv4() -> Node:

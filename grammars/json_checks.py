@@ -1,0 +1,132 @@
+"""Schema keyword checks: malformed values, unsupported and unknown keywords.
+
+`check_schema` looks at one schema object (not its children, which are
+checked when the compiler reaches them) and returns it unchanged, or without
+the unsupported keywords when `approximate` is on (each drop is warned).
+
+Example:
+    >>> check_schema({"maxLength": 3}, "$", False)
+    {'maxLength': 3}
+    >>> check_schema({"maxLength": -1}, "$.properties.name", False)
+    Traceback (most recent call last):
+    ...
+    grammars.errors.InvalidSchemaError: `maxLength` must be a non-negative integer at $.properties.name, got -1
+"""
+
+from __future__ import annotations
+
+import warnings
+from decimal import Decimal
+from typing import Any
+
+from grammars.errors import InvalidSchemaError, UnsupportedSchemaError
+from grammars.json_merge import ANNOTATIONS, TYPES
+
+__all__ = ["check_schema", "KNOWN_KEYWORDS"]
+
+_NONNEG_INT = ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties",
+               "minContains", "maxContains")
+_NUMBER = ("minimum", "maximum")
+_SCHEMA_MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SCHEMA_LIST = ("allOf", "anyOf", "oneOf", "prefixItems")
+_SCHEMA = ("not", "additionalProperties", "propertyNames", "additionalItems", "contains", "if", "then",
+           "else", "unevaluatedProperties", "unevaluatedItems")
+_OTHER = ("type", "enum", "const", "required", "pattern", "format", "multipleOf", "items", "uniqueItems",
+          "exclusiveMinimum", "exclusiveMaximum", "$ref", "dependentRequired", "dependencies",
+          "$dynamicRef", "$recursiveRef", "$recursiveAnchor")
+KNOWN_KEYWORDS = frozenset(_NONNEG_INT + _NUMBER + _SCHEMA_MAP + _SCHEMA_LIST + _SCHEMA + _OTHER) | ANNOTATIONS
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float, Decimal)) and not isinstance(v, bool)
+
+
+def _is_schema(v: Any) -> bool:
+    return isinstance(v, (dict, bool))
+
+
+def _shape_errors(s: dict, path: str) -> None:
+    def bad(key: str, what: str) -> InvalidSchemaError:
+        return InvalidSchemaError(f"`{key}` must be {what}", path, s[key])
+
+    for key in _NONNEG_INT:
+        if key in s and (not isinstance(s[key], int) or isinstance(s[key], bool) or s[key] < 0):
+            if not (isinstance(s[key], float) and s[key].is_integer() and s[key] >= 0):
+                raise bad(key, "a non-negative integer")
+    for key in _NUMBER:
+        if key in s and not _is_number(s[key]):
+            raise bad(key, "a number")
+    for key in ("exclusiveMinimum", "exclusiveMaximum"):
+        if key in s and not (_is_number(s[key]) or isinstance(s[key], bool)):
+            raise bad(key, "a number (or a boolean in draft 4)")
+    if "multipleOf" in s and (not _is_number(s["multipleOf"]) or s["multipleOf"] <= 0):
+        raise bad("multipleOf", "a number greater than 0")
+    for key in _SCHEMA_MAP:
+        if key in s and not (isinstance(s[key], dict) and all(_is_schema(v) for v in s[key].values())):
+            raise bad(key, "an object whose values are schemas")
+    for key in _SCHEMA_LIST:
+        if key in s and not (isinstance(s[key], list) and all(_is_schema(v) for v in s[key])):
+            raise bad(key, "an array of schemas")
+        if key in ("allOf", "anyOf", "oneOf") and key in s and not s[key]:
+            raise bad(key, "a non-empty array")
+    for key in _SCHEMA:
+        if key in s and not _is_schema(s[key]):
+            raise bad(key, "a schema (an object or a boolean)")
+    if "items" in s and not (_is_schema(s["items"]) or (
+            isinstance(s["items"], list) and all(_is_schema(v) for v in s["items"]))):
+        raise bad("items", "a schema or an array of schemas")
+    _type_errors(s, path, bad)
+
+
+def _type_errors(s: dict, path: str, bad: Any) -> None:
+    if "type" in s:
+        t = s["type"]
+        names = [t] if isinstance(t, str) else t
+        if not isinstance(names, list) or not all(isinstance(n, str) and n in TYPES for n in names) \
+                or len(set(names)) != len(names):
+            raise bad("type", f"a type name or a list of unique type names from {list(TYPES)}")
+    if "required" in s and not (isinstance(s["required"], list) and all(isinstance(r, str) for r in s["required"])):
+        raise bad("required", "an array of strings")
+    if "enum" in s and not isinstance(s["enum"], list):
+        raise bad("enum", "an array")
+    for key in ("pattern", "format", "$ref"):
+        if key in s and not isinstance(s[key], str):
+            raise bad(key, "a string")
+    if "uniqueItems" in s and not isinstance(s["uniqueItems"], bool):
+        raise bad("uniqueItems", "a boolean")
+
+
+def _unsupported(s: dict) -> list[str]:
+    """Keywords of `s` that would constrain instances in ways we cannot encode."""
+    out = []
+    trivial = {"dependentRequired": {}, "dependentSchemas": {}, "dependencies": {},
+               "unevaluatedProperties": True, "unevaluatedItems": True}
+    for key in ("contains", "dependentSchemas", "dependentRequired", "dependencies", "unevaluatedProperties",
+                "unevaluatedItems", "$dynamicRef", "$recursiveRef"):
+        if key in s and not (key in trivial and s[key] == trivial[key]):
+            out.append(key)
+    if s.get("uniqueItems") is True:
+        out.append("uniqueItems")
+    if "if" in s and ("then" in s or "else" in s):  # `then`/`else` alone have no effect
+        out.append("if")
+    return out
+
+
+def check_schema(s: dict, path: str, approximate: bool, warn_unknown: bool = True) -> dict:
+    """Validate keyword shapes; raise (or, when approximating, drop) unsupported ones."""
+    _shape_errors(s, path)
+    floats = {k: int(s[k]) for k in _NONNEG_INT if isinstance(s.get(k), float)}
+    s = {**s, **floats} if floats else s
+    drop = _unsupported(s)
+    if drop and not approximate:
+        raise UnsupportedSchemaError(drop[0], path)
+    for key in s if warn_unknown else ():
+        if key not in KNOWN_KEYWORDS:
+            warnings.warn(f"unknown keyword `{key}` at {path} is ignored (treated as an annotation)", stacklevel=3)
+    if not drop:
+        return s
+    for key in drop:
+        warnings.warn(f"`{key}` at {path} is not enforced: the grammar over-approximates the schema",
+                      stacklevel=3)
+    gone = set(drop) | ({"then", "else"} if "if" in drop else set())
+    return {k: v for k, v in s.items() if k not in gone}

@@ -1,0 +1,243 @@
+"""`allOf` as a real merge of schemas, and disjointness proofs for `oneOf`.
+
+`merge(a, b)` returns one schema whose instances are exactly those valid
+under both: types intersect, bounds tighten, `required` unions, `properties`
+merge key by key (a key declared on one side only must also satisfy the
+other side's `additionalProperties`), `anyOf`/`oneOf` distribute. A pair
+of keywords that cannot be combined exactly (two different `pattern`s,
+`multipleOf` 3 and 5 on numbers, `patternProperties` against `properties`)
+raises `UnsupportedSchemaError`; nothing is ever concatenated or dropped.
+
+Example:
+    >>> m = Merger(lambda ref, base, path: ({}, base, path), draft=2020)
+    >>> m.merge({"type": ["integer", "string"], "minimum": 1}, {"type": "number", "minimum": 3}, "$")
+    {'type': ['integer'], 'minimum': 3}
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from fractions import Fraction
+from math import gcd, lcm
+from typing import Any, Callable
+
+from grammars.errors import UnsupportedSchemaError
+from grammars.json_values import json_key, json_type
+
+__all__ = ["Merger", "normalize", "TYPES", "ANNOTATIONS", "type_set", "disjoint"]
+
+TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
+ANNOTATIONS = frozenset({
+    "title", "description", "default", "examples", "$comment", "readOnly", "writeOnly", "deprecated",
+    "contentMediaType", "contentEncoding", "contentSchema", "$schema", "$id", "$anchor",
+    "$dynamicAnchor", "$vocabulary", "$defs", "definitions", "discriminator",
+})
+_MAX_KW = ("maxLength", "maxItems", "maxProperties", "maximum", "exclusiveMaximum")
+_MIN_KW = ("minLength", "minItems", "minProperties", "minimum", "exclusiveMinimum")
+_OBJECT_SHAPE = ("properties", "additionalProperties", "patternProperties")
+
+Schema = Any
+ResolveFn = Callable[[str, str, str], tuple[Schema, str, str]]
+
+
+def normalize(s: dict, draft: int) -> dict:
+    """Rewrite draft-07 forms into 2020-12 ones (tuple `items`, boolean exclusive bounds)."""
+    out = dict(s)
+    if isinstance(out.get("items"), list):
+        out["prefixItems"] = out.pop("items")
+        if "additionalItems" in out:
+            out["items"] = out.pop("additionalItems")
+    else:
+        out.pop("additionalItems", None)  # without tuple items it has no effect
+    for ex, plain in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if isinstance(out.get(ex), bool):
+            if out.pop(ex) and plain in out:
+                out[ex] = out.pop(plain)
+    if "const" in out:
+        const = out.pop("const")
+        out["enum"] = [v for v in out["enum"] if json_key(v) == json_key(const)] if "enum" in out else [const]
+    if draft == 7 and "$ref" in out:
+        return {"$ref": out["$ref"]}
+    return out
+
+
+def type_set(s: Schema) -> set[str]:
+    """Types an instance of `s` may have, from `type` and `enum` only."""
+    if s is False:
+        return set()
+    if not isinstance(s, dict):
+        return set(TYPES)
+    t = s.get("type")
+    types = set(TYPES) if t is None else ({t} if isinstance(t, str) else set(t))
+    if "number" in types:
+        types.add("integer")  # "integer" here means integer-valued numbers
+    if "enum" in s:
+        types &= {json_type(v) for v in s["enum"]}
+    return types
+
+
+def _discriminators(s: dict) -> dict[str, set]:
+    """Required properties whose values are pinned by enum/const: name -> value keys."""
+    out = {}
+    props = s.get("properties", {})
+    for name in s.get("required", []):
+        sub = props.get(name)
+        if isinstance(sub, dict):
+            vals = sub.get("enum", [sub["const"]] if "const" in sub else None)
+            if vals is not None:
+                out[name] = {json_key(v) for v in vals}
+    return out
+
+
+def disjoint(a: Schema, b: Schema) -> bool:
+    """True when no instance can satisfy both (a sufficient check, never a guess)."""
+    ta, tb = type_set(a), type_set(b)
+    if not ta & tb:
+        return True
+    if not (isinstance(a, dict) and isinstance(b, dict)):
+        return False
+    if "enum" in a and "enum" in b:
+        if not {json_key(v) for v in a["enum"]} & {json_key(v) for v in b["enum"]}:
+            return True
+    if ta & tb == {"object"}:
+        da, db = _discriminators(a), _discriminators(b)
+        if any(not da[k] & db[k] for k in da.keys() & db.keys()):
+            return True
+    return False
+
+
+class Merger:
+    """Merges schemas; `resolve(ref, base, path)` follows `$ref` one level."""
+
+    def __init__(self, resolve: ResolveFn, draft: int, base: str = "") -> None:
+        self.resolve = resolve
+        self.draft = draft
+        self.base = base
+        self._expanding: list[int] = []
+
+    def flatten(self, s: Schema, path: str) -> Schema:
+        """`s` without a top-level `$ref` or `allOf` (both merged in)."""
+        if not isinstance(s, dict):
+            return s
+        s = normalize(s, self.draft)
+        if "$ref" in s:
+            target, _, tpath = self.resolve(s["$ref"], self.base, path)
+            if id(target) in self._expanding:
+                raise UnsupportedSchemaError("$ref", path, "a reference cycle through allOf/$ref cannot be merged")
+            self._expanding.append(id(target))
+            try:
+                expanded = self.flatten(target, tpath)
+            finally:
+                self._expanding.pop()
+            rest = {k: v for k, v in s.items() if k != "$ref"}
+            s = self.merge(expanded, rest, path) if rest else expanded
+        if isinstance(s, dict) and "allOf" in s:
+            acc: Schema = {k: v for k, v in s.items() if k != "allOf"}
+            for i, branch in enumerate(s["allOf"]):
+                acc = self.merge(acc, branch, f"{path}.allOf[{i}]")
+            s = acc
+        return s
+
+    def merge(self, a: Schema, b: Schema, path: str) -> Schema:
+        a, b = self.flatten(a, path), self.flatten(b, path)
+        if a is True:
+            return b
+        if b is True:
+            return a
+        if a is False or b is False:
+            return False
+        out: dict = {}
+        for key in list(a) + [k for k in b if k not in a]:
+            if key in _OBJECT_SHAPE or key in ("prefixItems", "items"):
+                continue
+            if key in a and key in b:
+                out[key] = self._keyword(key, a[key], b[key], path)
+            else:
+                out[key] = a[key] if key in a else b[key]
+        self._objects(a, b, out, path)
+        self._arrays(a, b, out, path)
+        if out.get("type") == []:
+            return False
+        return out
+
+    def _keyword(self, key: str, x: Any, y: Any, path: str) -> Any:
+        if key in ANNOTATIONS or (_jsonable(x) and _jsonable(y) and json_key(x) == json_key(y)):
+            return x
+        if key == "type":
+            tx = {x} if isinstance(x, str) else set(x)
+            ty = {y} if isinstance(y, str) else set(y)
+            both = (tx & ty) | ({"integer"} if ("integer" in tx and "number" in ty)
+                                or ("number" in tx and "integer" in ty) else set())
+            return [t for t in TYPES if t in both]
+        if key == "enum":
+            keys = {json_key(v) for v in y}
+            return [v for v in x if json_key(v) in keys]
+        if key == "required":
+            return list(x) + [k for k in y if k not in x]
+        if key in _MAX_KW:
+            return min(x, y)
+        if key in _MIN_KW:
+            return max(x, y)
+        if key == "multipleOf":
+            return _merge_multiple(x, y, path)
+        if key in ("propertyNames", "contains"):
+            return self.merge(x, y, f"{path}.{key}")
+        if key == "not":
+            return {"anyOf": [x, y]}
+        if key == "anyOf":
+            return [{"allOf": [p, q]} for p in x for q in y]
+        if key == "oneOf":  # exactly one of X and exactly one of Y == exactly one pair
+            return [{"allOf": [p, q]} for p in x for q in y]
+        if key == "uniqueItems":
+            return bool(x or y)
+        raise UnsupportedSchemaError(key, path, f"allOf combines different values {x!r} and {y!r}")
+
+    def _objects(self, a: dict, b: dict, out: dict, path: str) -> None:
+        sides = [s for s in (a, b) if any(k in s for k in _OBJECT_SHAPE)]
+        if len(sides) == 1:
+            out.update({k: sides[0][k] for k in _OBJECT_SHAPE if k in sides[0]})
+            return
+        if not sides:
+            return
+        if a.get("patternProperties") or b.get("patternProperties"):
+            raise UnsupportedSchemaError("patternProperties", path, "allOf of schemas with patternProperties")
+        pa, pb = a.get("properties", {}), b.get("properties", {})
+        ea, eb = a.get("additionalProperties", True), b.get("additionalProperties", True)
+        props = {}
+        for name in list(pa) + [k for k in pb if k not in pa]:
+            props[name] = self.merge(pa.get(name, ea), pb.get(name, eb), f"{path}.properties.{name}")
+        out["properties"] = props
+        if "additionalProperties" in a or "additionalProperties" in b:
+            out["additionalProperties"] = self.merge(ea, eb, f"{path}.additionalProperties")
+
+    def _arrays(self, a: dict, b: dict, out: dict, path: str) -> None:
+        if not any(k in s for s in (a, b) for k in ("prefixItems", "items")):
+            return
+        pa, pb = a.get("prefixItems", []), b.get("prefixItems", [])
+        ia, ib = a.get("items", True), b.get("items", True)
+        n = max(len(pa), len(pb))
+        if n:
+            out["prefixItems"] = [
+                self.merge(pa[i] if i < len(pa) else ia, pb[i] if i < len(pb) else ib, f"{path}.prefixItems[{i}]")
+                for i in range(n)]
+        if "items" in a or "items" in b:
+            out["items"] = self.merge(ia, ib, f"{path}.items")
+
+
+def _jsonable(v: Any) -> bool:
+    try:
+        json_key(v)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+def _merge_multiple(x: Any, y: Any, path: str) -> Any:
+    """Least common multiple: the multiples of both are exactly its multiples."""
+    fx, fy = (Fraction(Decimal(repr(v)) if isinstance(v, float) else v) for v in (x, y))
+    if fx <= 0 or fy <= 0:
+        raise UnsupportedSchemaError("multipleOf", path, f"non-positive multipleOf {x!r} / {y!r}")
+    common = Fraction(lcm(fx.numerator, fy.numerator), gcd(fx.denominator, fy.denominator))
+    if common.denominator == 1:
+        return int(common)
+    return Decimal(common.numerator) / Decimal(common.denominator)  # a finite decimal: 2^a 5^b

@@ -1,0 +1,211 @@
+"""Objects and arrays of a JSON schema as grammar nodes.
+
+Objects are laid out in the order of `properties` (then names that are only
+`required`), optional ones skippable, additional members after the declared
+ones. A small dynamic program over (member index, members so far) places the
+commas and enforces `minProperties`/`maxProperties` exactly. With
+`any_order=True` the state is the *set* of members used, so the grammar grows
+like the number of arrangements (~ e * n!): it is limited to
+`ANY_ORDER_LIMIT` properties.
+
+Additional keys never repeat a declared name (the parsed object would keep
+the last duplicate, whose value was never checked against its schema).
+
+Example:
+    >>> from grammars.json_schema import json_schema_grammar
+    >>> from grammars.dfa import LazyDFA
+    >>> g = json_schema_grammar({"properties": {"a": {"type": "integer"}}, "required": ["a"]}, strict=True)
+    >>> dfa = LazyDFA(g, max_depth=g.info["max_depth"])
+    >>> dfa.matches(b'{"a": 1}'), dfa.matches(b'{"a": 1, "b": 2}')
+    (True, False)
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from grammars.ast import EMPTY, NOTHING, Node, alt, repeat, seq
+from grammars.errors import UnsupportedSchemaError
+from grammars.json_strings import quoted, string_literal, string_not_in
+
+if TYPE_CHECKING:
+    from grammars.json_schema import Compiler
+
+__all__ = ["object_node", "array_node", "ANY_ORDER_LIMIT"]
+
+ANY_ORDER_LIMIT = 6
+
+
+def object_node(c: "Compiler", s: dict, path: str, base: str) -> Node:
+    props: dict = s.get("properties", {})
+    required: list = list(s.get("required", []))
+    patterns: dict = {p: v for p, v in s.get("patternProperties", {}).items() if v is not True and v != {}}
+    extra = s.get("additionalProperties", False if c.strict else True)
+    names_schema = s.get("propertyNames", True)
+    members: list[tuple[Node, bool]] = []
+    for name in list(props) + [r for r in required if r not in props]:
+        req = name in required
+        sub = _declared_schema(c, name, props, patterns, extra, path)
+        if names_schema is not True and not c.accepts(names_schema, name, f"{path}.propertyNames", base):
+            if req:
+                return NOTHING
+            continue
+        value = c.node(sub, f"{path}.properties.{name}", base)
+        if value == NOTHING:
+            if req:
+                return NOTHING
+            continue
+        members.append((seq(quoted(string_literal(name)), c.ws.colon, value), req))
+    declared = set(props) | set(required)
+    extra_member = _extra_member(c, declared, patterns, extra, names_schema, path, base)
+    lo, hi = s.get("minProperties", 0), s.get("maxProperties")
+    if c.any_order and len(members) > 1:
+        if len(members) > ANY_ORDER_LIMIT:
+            raise UnsupportedSchemaError(
+                "properties", path, f"any_order=True allows at most {ANY_ORDER_LIMIT} properties "
+                f"(the grammar grows like n!), got {len(members)}")
+        return c.ws.obj(_Layout(c, members, extra_member, lo, hi).any_order())
+    return c.ws.obj(_Layout(c, members, extra_member, lo, hi).ordered())
+
+
+def _declared_schema(c: "Compiler", name: str, props: dict, patterns: dict, extra: Any, path: str) -> Any:
+    """A declared name's schema, merged with every patternProperties schema it matches."""
+    matching = [sub for p, sub in patterns.items() if c.pattern_matches(p, name, f"{path}.patternProperties")]
+    sub = props[name] if name in props else (matching.pop(0) if matching else extra)
+    for other in matching:
+        sub = c.merger.merge(sub, other, f"{path}.properties.{name}")
+    return sub
+
+
+def _extra_member(c: "Compiler", declared: set, patterns: dict, extra: Any, names_schema: Any,
+                  path: str, base: str) -> Node | None:
+    """key:value of one additional member, or None when none is allowed."""
+    if patterns:
+        return _pattern_member(c, declared, patterns, extra, names_schema, path, base)
+    if extra is False:
+        return None
+    value = c.node(extra, f"{path}.additionalProperties", base)
+    if value == NOTHING:
+        return None
+    if names_schema is True:
+        key = string_not_in(declared)
+    else:
+        key = _names_key(c, declared, names_schema, path, base)
+    return None if key == NOTHING else seq(quoted(key), c.ws.colon, value)
+
+
+def _names_key(c: "Compiler", declared: set, names: Any, path: str, base: str) -> Node:
+    where = f"{path}.propertyNames"
+    clash = [n for n in declared if c.accepts(names, n, where, base)]
+    if not clash:
+        return c.string_body(names, where, base)
+    flat = c.merger.flatten(names, where)
+    if isinstance(flat, dict) and "enum" in flat:
+        allowed = [v for v in flat["enum"] if isinstance(v, str) and v not in declared
+                   and c.accepts(names, v, where, base)]
+        return alt(*(string_literal(v) for v in allowed))
+    raise UnsupportedSchemaError("propertyNames", path, f"it also admits declared properties {sorted(clash)!r}; "
+                                 "the difference of a pattern and a set is not computed")
+
+
+def _pattern_member(c: "Compiler", declared: set, patterns: dict, extra: Any, names_schema: Any,
+                    path: str, base: str) -> Node | None:
+    if extra is not False:
+        raise UnsupportedSchemaError("patternProperties", path, "needs additionalProperties: false "
+                                     "(other keys would need the complement of the patterns)")
+    schemas = list(patterns.values())
+    if len({json.dumps(v, sort_keys=True, default=str) for v in schemas}) > 1:
+        raise UnsupportedSchemaError("patternProperties", path, "several patterns with different schemas "
+                                     "(a key matching two of them must satisfy both)")
+    for name in sorted(declared):
+        for p in patterns:
+            if c.pattern_matches(p, name, f"{path}.patternProperties"):
+                raise UnsupportedSchemaError("patternProperties", path, f"declared property {name!r} matches "
+                                             f"pattern {p!r} (its duplicates cannot be excluded)")
+    if names_schema is not True:
+        raise UnsupportedSchemaError("propertyNames", path, "together with patternProperties")
+    key = alt(*(c.pattern_body(p, f"{path}.patternProperties") for p in patterns))
+    value = c.node(schemas[0], f"{path}.patternProperties", base)
+    if value == NOTHING:
+        return None
+    return seq(quoted(key), c.ws.colon, value)
+
+
+class _Layout:
+    """Comma placement and member counting for one object body."""
+
+    def __init__(self, c: "Compiler", members: list[tuple[Node, bool]], extra: Node | None,
+                 lo: int, hi: int | None) -> None:
+        self.ws = c.ws
+        self.members, self.extra, self.lo, self.hi = members, extra, lo, hi
+        # Counts saturate at cap; count > 0 doubles as "a comma is needed".
+        self.cap = max(1, hi + 1 if hi is not None else lo)
+        self.memo: dict[Any, Node] = {}
+
+    def _extras(self, count: int) -> Node:
+        hi = None if self.hi is None else self.hi - count
+        if self.extra is None or hi == 0:
+            return EMPTY if count >= self.lo and (hi is None or hi >= 0) else NOTHING
+        if hi is not None and hi < 0:
+            return NOTHING
+        lo = max(0, self.lo - count)
+        if count == 0:
+            return self.ws.listing(self.extra, lo, hi)
+        return repeat(seq(self.ws.sep, self.extra), lo, hi)
+
+    def _take(self, i: int, count: int, rest: Node) -> Node:
+        if self.hi is not None and count + 1 > self.hi:
+            return NOTHING
+        return seq(self.ws.sep if count else EMPTY, self.members[i][0], rest)
+
+    def ordered(self) -> Node:
+        n = len(self.members)
+        # Build right to left: tails[c] is the rest of the body after members[:i] with c present.
+        tails = {c: self._extras(c) for c in range(self.cap + 1)}
+        for i in range(n - 1, -1, -1):
+            required = self.members[i][1]
+            new = {}
+            for c in range(self.cap + 1):
+                take = self._take(i, c, tails[min(c + 1, self.cap)])
+                new[c] = take if required else alt(take, tails[c])
+            tails = new
+        return tails[0]
+
+    def any_order(self) -> Node:
+        def tail(used: frozenset, count: int) -> Node:
+            key = (used, count)
+            if key not in self.memo:
+                parts = [self._take(i, count, tail(used | {i}, min(count + 1, self.cap)))
+                         for i in range(len(self.members)) if i not in used]
+                if all(i in used for i, (_, req) in enumerate(self.members) if req):
+                    parts.append(self._extras(count))
+                self.memo[key] = alt(*parts)
+            return self.memo[key]
+
+        return tail(frozenset(), 0)
+
+
+def array_node(c: "Compiler", s: dict, path: str, base: str) -> Node:
+    """`prefixItems` / `items` / `minItems` / `maxItems` (draft-07 forms normalized before)."""
+    prefix = s.get("prefixItems", [])
+    items = s.get("items", True)
+    lo, hi = s.get("minItems", 0), s.get("maxItems")
+    elems = [c.node(p, f"{path}.prefixItems[{i}]", base) for i, p in enumerate(prefix)]
+    rest = c.node(items, f"{path}.items", base) if items is not False else NOTHING
+    ws, k = c.ws, len(prefix)
+
+    def tail(i: int) -> Node:
+        if i == k:
+            r_lo, r_hi = max(0, lo - k), None if hi is None else hi - k
+            if r_hi is not None and r_hi < 0:
+                return NOTHING
+            if rest == NOTHING or r_hi == 0:
+                return EMPTY if r_lo == 0 else NOTHING
+            return ws.listing(rest, r_lo, r_hi) if i == 0 else repeat(seq(ws.sep, rest), r_lo, r_hi)
+        stop = EMPTY if i >= lo else NOTHING
+        take = seq(ws.sep if i else EMPTY, elems[i], tail(i + 1)) if hi is None or i < hi else NOTHING
+        return alt(stop, take)
+
+    return ws.arr(tail(0))
+

@@ -1,0 +1,132 @@
+"""Loading schemas and resolving local `$ref`s (`$defs`, pointers, `$anchor`, `$id`).
+
+Only references inside the document are followed: JSON pointers (with `~0`,
+`~1` and percent escapes), `$anchor`s and embedded resources named by `$id`
+(resolved against the enclosing base URI). Anything else is a remote
+reference and raises `UnsupportedSchemaError`.
+
+Example:
+    >>> r = Resolver({"$defs": {"a~b": {"type": "null"}}})
+    >>> r.resolve("#/$defs/a~0b", "", "$")[0]
+    {'type': 'null'}
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import unquote, urldefrag, urljoin
+
+from grammars.errors import InvalidSchemaError, UnsupportedSchemaError
+
+__all__ = ["load_schema", "Resolver", "draft_of"]
+
+Schema = Any  # dict | bool
+
+
+def load_schema(schema: Any) -> dict | bool:
+    """A schema as a dict or bool, from a dict, a JSON string, or a pydantic model class.
+
+    Example:
+        >>> load_schema('{"type": "string"}')
+        {'type': 'string'}
+    """
+    if isinstance(schema, (dict, bool)):
+        return schema
+    if isinstance(schema, (str, bytes)):
+        try:
+            out = json.loads(schema)
+        except json.JSONDecodeError as e:
+            raise InvalidSchemaError(f"schema is not valid JSON ({e.msg} at char {e.pos})", "$") from None
+        if not isinstance(out, (dict, bool)):
+            raise InvalidSchemaError("a schema must be an object or a boolean", "$", out)
+        return out
+    dump = getattr(schema, "model_json_schema", None)
+    if callable(dump):
+        return dump()
+    raise InvalidSchemaError("expected a dict, a bool, a JSON string or a pydantic model", "$",
+                             type(schema).__name__)
+
+
+def draft_of(root: Schema) -> int:
+    """7 for draft-07 and older (`$ref` siblings ignored), 2020 otherwise."""
+    uri = root.get("$schema", "") if isinstance(root, dict) else ""
+    if isinstance(uri, str) and any(f"draft-0{d}" in uri for d in (3, 4, 6, 7)):
+        return 7
+    return 2020
+
+
+class Resolver:
+    """Index of a document's resources and anchors, keyed by absolute URI."""
+
+    def __init__(self, root: Schema) -> None:
+        self.root = root
+        self.base = ""
+        self.resources: dict[str, tuple[Schema, str]] = {}
+        self.anchors: dict[tuple[str, str], tuple[Schema, str]] = {}
+        if isinstance(root, dict) and isinstance(root.get("$id"), str):
+            self.base = urldefrag(root["$id"])[0]
+        self.resources[self.base] = (root, "$")
+        self._index(root, self.base, "$")
+
+    def _index(self, node: Any, base: str, path: str) -> None:
+        if isinstance(node, list):
+            for i, item in enumerate(node):
+                self._index(item, base, f"{path}[{i}]")
+            return
+        if not isinstance(node, dict):
+            return
+        if isinstance(node.get("$id"), str) and path != "$":
+            base = urldefrag(urljoin(base, node["$id"]))[0]
+            self.resources.setdefault(base, (node, path))
+        for key in ("$anchor", "$dynamicAnchor"):
+            if isinstance(node.get(key), str):
+                self.anchors.setdefault((base, node[key]), (node, path))
+        if isinstance(node.get("$id"), str) and node["$id"].startswith("#"):  # draft-07 anchors
+            self.anchors.setdefault((base, node["$id"][1:]), (node, path))
+        for key, value in node.items():
+            if key in ("enum", "const", "examples", "default"):
+                continue  # data, not subschemas
+            self._index(value, base, f"{path}.{key}")
+
+    def base_of(self, schema: dict, base: str) -> str:
+        """The base URI inside `schema` (its own `$id` changes it)."""
+        if isinstance(schema.get("$id"), str) and not schema["$id"].startswith("#"):
+            return urldefrag(urljoin(base, schema["$id"]))[0]
+        return base
+
+    def resolve(self, ref: Any, base: str, path: str) -> tuple[Schema, str, str]:
+        """(target schema, its base URI, its JSON path) of `$ref` at `path`."""
+        if not isinstance(ref, str):
+            raise InvalidSchemaError("`$ref` must be a string", path, ref)
+        url, fragment = urldefrag(urljoin(base, ref))
+        if url not in self.resources:
+            raise UnsupportedSchemaError("$ref", path, f"remote reference {ref!r} (only local references are resolved)")
+        doc, doc_path = self.resources[url]
+        if not fragment:
+            return doc, url, doc_path
+        if fragment.startswith("/"):
+            return self._pointer(doc, url, doc_path, fragment, ref, path)
+        hit = self.anchors.get((url, fragment))
+        if hit is None:
+            raise InvalidSchemaError(f"`$ref` names an unknown anchor {fragment!r}", path, ref)
+        return hit[0], url, hit[1]
+
+    def _pointer(self, doc: Schema, url: str, doc_path: str, fragment: str, ref: str,
+                 path: str) -> tuple[Schema, str, str]:
+        node, where, base = doc, doc_path, url
+        for raw in unquote(fragment).split("/")[1:]:
+            token = raw.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, dict) and token in node:
+                node = node[token]
+                where = f"{where}.{token}"
+            elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+                node = node[int(token)]
+                where = f"{where}[{token}]"
+            else:
+                raise InvalidSchemaError("`$ref` points to nothing", path, ref)
+            if isinstance(node, dict):
+                base = self.base_of(node, base)
+        if not isinstance(node, (dict, bool)):
+            raise InvalidSchemaError("`$ref` must point to a schema", path, ref)
+        return node, base, where

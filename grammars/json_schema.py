@@ -1,0 +1,490 @@
+"""JSON Schema (drafts 2020-12 and 7) -> byte-level grammar, exactly.
+
+`json_schema_grammar(schema)` returns a `Grammar` whose language is the set
+of JSON texts valid under the schema (up to the documented syntax choices
+below). Anything that cannot be enforced exactly raises
+`UnsupportedSchemaError(keyword, path)` unless `allow_approximate=True`, in
+which case it is dropped with a warning (an over-approximation). Nothing is
+dropped silently. Malformed schemas raise `InvalidSchemaError`.
+
+Recursion (`$ref` cycles, the any-JSON-value rule) goes through `Ref` rules;
+everything else is inlined. Pass `max_depth=grammar.info["max_depth"]` to
+`LazyDFA` (= max_recursion_depth + max_any_depth + 1 nested rule calls).
+
+| keyword / option | support |
+|---|---|
+| `type` (string or list) | exact; `integer` accepts `-?(0|[1-9]\\d*)` only (not `1.0`, `1e2`, `-0`) |
+| `enum`, `const` | exact, any JSON value; numbers by value (`1` = `1.0` = `1e0`); strings in every escape spelling; object keys in any order up to 4 keys, else schema order; values are filtered by the sibling keywords |
+| `minimum` `maximum` `exclusiveMinimum` `exclusiveMaximum` | exact decimal comparison (draft-4/7 boolean form too); bounded `number`s use plain decimals + normalized scientific `[1-9](\\.\\d+)?e[+-]?\\d+` (other exponent forms rejected) |
+| `multipleOf` | integers: any integer divisor (enumerated ranges, or suffix rules for 2^a5^b); numbers: `10^-k` (fraction digits, no exponent form), integer divisors, or bounded ranges of <= 4096 multiples; decimal semantics (`0.29` is a multiple of `0.01`, unlike float-based validators); else unsupported |
+| `minLength` `maxLength` | exact, in code points (an escape or surrogate pair counts once) |
+| `pattern` | ECMA-262, search semantics, over every JSON spelling of each character; with min/maxLength an exact product (unsupported past a size budget) |
+| `format` | date, time, date-time, duration, email (dot-atom subset), hostname (<=253 chars subset), ipv4, ipv6, uri, uuid: exact per RFC, plain (unescaped) spelling; others unsupported (ignored with `allow_approximate`) |
+| `properties` `required` | exact; order = `properties` order, then required-only names; optional ones skippable |
+| `additionalProperties` | exact, default `true` (extra keys after the declared ones, never repeating a declared name); `strict=True` makes the default `false` |
+| `patternProperties` | with `additionalProperties: false`, one schema for all patterns, no declared name matching a pattern; else unsupported |
+| `propertyNames` | exact for declared names; extra keys: when no declared name is admitted, or as an `enum` |
+| `minProperties` `maxProperties` | exact (counted over declared + additional members) |
+| `items` `prefixItems` `minItems` `maxItems` | exact; draft-7 `items: [...]` + `additionalItems` too |
+| `allOf` | real merge (types intersect, bounds tighten, properties merge recursively, required union, anyOf/oneOf distribute); unmergeable pairs unsupported |
+| `anyOf` | exact (each branch merged with the sibling keywords) |
+| `oneOf` | exact when branches are provably disjoint (types, enum values, or a required discriminator property with distinct const/enum); else unsupported (`allow_approximate`: compiled as anyOf) |
+| `not` | exact for types, enum/const of scalars, and anyOf of those |
+| `$ref` `$defs` `definitions` `$anchor` `$id` | local refs, JSON pointers with `~0 ~1`; recursion via `Ref` rules, depth `max_recursion_depth`; remote refs unsupported; 2020-12 siblings of `$ref` are merged, draft-7 siblings ignored |
+| `true` / `{}` / `false` | any JSON value (nesting <= `max_any_depth`) / nothing |
+| `uniqueItems: true`, `contains`, `if`/`then`/`else`, `dependentRequired`, `dependentSchemas`, `dependencies`, `unevaluated*`, `$dynamicRef` | unsupported (dropped with a warning under `allow_approximate`) |
+| annotations (`title`, `description`, `default`, `examples`, `$comment`, `readOnly`, `deprecated`, `content*`, `discriminator`) | ignored; unknown keywords are ignored with a warning |
+| `whitespace` | "default": per gap <= 1 space, or 1 newline + <= 32 spaces/tabs; one gap before/after the document. "compact": none. Or a `WhitespacePolicy` |
+| `any_order` | properties in any order, <= 6 per object (grammar ~ e*n! members) |
+| strings | all JSON escapes, `\\uXXXX` in either case, surrogate pairs; raw control characters and lone surrogates rejected |
+
+Example:
+    >>> from grammars.dfa import LazyDFA
+    >>> g = json_schema_grammar({"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}},
+    ...                          "required": ["n"], "additionalProperties": False})
+    >>> dfa = LazyDFA(g, max_depth=g.info["max_depth"])
+    >>> [dfa.matches(s) for s in (b'{"n":3}', b'{"n": 0}', b'{}')]
+    [True, False, False]
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+from grammars.ast import NOTHING, Grammar, Node, Ref, alt, literal, optional, plus, seq, star
+from grammars.errors import InvalidSchemaError, RegexSyntaxError, UnsupportedRegexError, UnsupportedSchemaError
+from grammars.json_checks import check_schema
+from grammars.json_formats import format_node
+from grammars.json_length import restrict_length
+from grammars.json_merge import ANNOTATIONS, TYPES, Merger, disjoint, normalize
+from grammars.json_numbers import (
+    ANY_NUMBER, Interval, integer_multiples, number_interval, number_value,
+)
+from grammars.json_objects import array_node, object_node
+from grammars.json_refs import Resolver, draft_of, load_schema
+from grammars.json_strings import ANY_CHAR, any_string_body, json_char, quoted, string_literal, string_not_in
+from grammars.json_values import (
+    ANY_RULE, Whitespace, WhitespacePolicy, any_value_rule, json_type, to_decimal, value_node,
+)
+
+__all__ = ["json_schema_grammar", "load_schema", "WhitespacePolicy", "Compiler"]
+
+_NUMERIC = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+_NUMBER_ENUM_LIMIT = 1024
+
+
+def json_schema_grammar(
+    schema: Any, *, strict: bool = False, whitespace: str | WhitespacePolicy = "default",
+    any_order: bool = False, max_recursion_depth: int = 16, max_any_depth: int = 8,
+    allow_approximate: bool = False,
+) -> Grammar:
+    """Compile a JSON schema (dict, JSON string or pydantic model class) to a `Grammar`.
+
+    Args:
+        schema: the schema; see `load_schema`.
+        strict: `additionalProperties` defaults to false instead of true.
+        whitespace: "default", "compact" or a `WhitespacePolicy`.
+        any_order: allow object properties in any order (<= 6 per object).
+        max_recursion_depth: nesting bound for recursive `$ref`s.
+        max_any_depth: nesting bound inside unconstrained (any) values.
+        allow_approximate: drop unsupported keywords with a warning instead of raising.
+
+    Raises:
+        UnsupportedSchemaError: a keyword cannot be enforced exactly.
+        InvalidSchemaError: the schema is malformed.
+
+    Example:
+        >>> g = json_schema_grammar({"type": "boolean"}, whitespace="compact")
+        >>> sorted(g.rules), g.info["max_depth"]
+        (['start'], 25)
+    """
+    for name, value in (("max_recursion_depth", max_recursion_depth), ("max_any_depth", max_any_depth)):
+        if not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+    policy = WhitespacePolicy.named(whitespace)
+    root = load_schema(schema)
+    c = Compiler(root, strict=strict, ws=Whitespace(policy), any_order=any_order,
+                 allow_approximate=allow_approximate)
+    body = c.root_node()
+    rules = {"start": seq(c.ws.around, body, c.ws.around), **c.rules}
+    info = {"max_depth": max_recursion_depth + max_any_depth + 1, "whitespace": policy,
+            "max_recursion_depth": max_recursion_depth, "max_any_depth": max_any_depth}
+    return Grammar(rules, "start", info)
+
+
+class Compiler:
+    """Walks one schema document; `rules` collects the recursive rules.
+
+    Example:
+        >>> c = Compiler({"type": "null"}, ws=Whitespace(WhitespacePolicy()))
+        >>> c.root_node() == literal(b"null")
+        True
+    """
+
+    def __init__(self, root: Any, *, ws: Whitespace, strict: bool = False, any_order: bool = False,
+                 allow_approximate: bool = False) -> None:
+        self.root, self.ws, self.strict = root, ws, strict
+        self.any_order, self.approximate = any_order, allow_approximate
+        self.resolver = Resolver(root)
+        self.draft = draft_of(root)
+        self.merger = Merger(self.resolver.resolve, self.draft, self.resolver.base)
+        self.rules: dict[str, Node] = {}
+        self._stack: set[int] = set()
+        self._rule_of: dict[int, str] = {}
+        self._inline: dict[int, Node] = {}
+        self._patterns: dict[str, Node] = {}
+        self._matchers: dict[str, Any] = {}
+
+    # -- entry points -----------------------------------------------------------
+
+    def root_node(self) -> Node:
+        return self._target(self.root, self.resolver.base, "$")
+
+    def node(self, s: Any, path: str, base: str) -> Node:
+        """The node of JSON texts valid under the subschema `s` (at `path`)."""
+        if s is True:
+            return self.any()
+        if s is False:
+            return NOTHING
+        if not isinstance(s, dict):
+            raise InvalidSchemaError("a schema must be an object or a boolean", path, s)
+        s = check_schema(s, path, self.approximate)
+        base = self.resolver.base_of(s, base)
+        s = normalize(s, self.draft)
+        if "$ref" in s:
+            if all(k in ANNOTATIONS for k in s if k != "$ref"):
+                return self.ref(s["$ref"], path, base)
+            s = self.flatten(s, path, base)
+        if isinstance(s, dict) and "allOf" in s:
+            s = self.flatten(s, path, base)
+        if not isinstance(s, dict):
+            return self.node(s, path, base)
+        s = check_schema(s, path, self.approximate, warn_unknown=False)
+        if "anyOf" in s or "oneOf" in s:
+            return self._branches(s, path, base)
+        return self._typed(s, path, base)
+
+    def any(self) -> Node:
+        if ANY_RULE not in self.rules:
+            self.rules[ANY_RULE] = any_value_rule(self.ws)
+        return Ref(ANY_RULE)
+
+    def flatten(self, s: Any, path: str, base: str) -> Any:
+        self.merger.base = base
+        return self.merger.flatten(s, path)
+
+    # -- references -------------------------------------------------------------
+
+    def ref(self, ref: Any, path: str, base: str) -> Node:
+        target, tbase, tpath = self.resolver.resolve(ref, base, path)
+        return self._target(target, tbase, tpath)
+
+    def _target(self, target: Any, base: str, path: str) -> Node:
+        """Inline a ref target, or turn it into a rule when it is reached again while compiling it."""
+        if isinstance(target, bool):
+            return self.node(target, path, base)
+        key = id(target)
+        if key in self._rule_of:
+            return Ref(self._rule_of[key])
+        if key in self._inline:
+            return self._inline[key]
+        if key in self._stack:
+            self._rule_of[key] = f"ref:{path}"
+            return Ref(self._rule_of[key])
+        self._stack.add(key)
+        try:
+            body = self.node(target, path, base)
+        finally:
+            self._stack.discard(key)
+        if key in self._rule_of:
+            self.rules[self._rule_of[key]] = body
+            return Ref(self._rule_of[key])
+        self._inline[key] = body
+        return body
+
+    # -- combinators ------------------------------------------------------------
+
+    def _branches(self, s: dict, path: str, base: str) -> Node:
+        rest = {k: v for k, v in s.items() if k not in ("anyOf", "oneOf")}
+        if "anyOf" in s:
+            if "oneOf" in s:
+                rest["oneOf"] = s["oneOf"]
+            return alt(*(self.node(self._with(rest, br, f"{path}.anyOf[{i}]", base), f"{path}.anyOf[{i}]", base)
+                         for i, br in enumerate(s["anyOf"])))
+        branches = [self._with(rest, br, f"{path}.oneOf[{i}]", base) for i, br in enumerate(s["oneOf"])]
+        flat = [self.flatten(b, f"{path}.oneOf[{i}]", base) for i, b in enumerate(branches)]
+        for i in range(len(flat)):
+            for j in range(i + 1, len(flat)):
+                if not disjoint(flat[i], flat[j]):
+                    why = f"branches {i} and {j} may both match, so 'exactly one' cannot be enforced"
+                    if not self.approximate:
+                        raise UnsupportedSchemaError("oneOf", path, why)
+                    warnings.warn(f"`oneOf` at {path} compiled as anyOf: {why}", stacklevel=2)
+        return alt(*(self.node(b, f"{path}.oneOf[{i}]", base) for i, b in enumerate(branches)))
+
+    def _with(self, rest: dict, branch: Any, path: str, base: str) -> Any:
+        """`branch` and the sibling keywords (only merged when they constrain anything)."""
+        if all(k in ANNOTATIONS for k in rest):
+            return branch
+        self.merger.base = base
+        return self.merger.merge(rest, branch, path)
+
+    def _negation(self, n: Any, path: str, base: str) -> tuple[set[str], list]:
+        """(excluded types, excluded values) of `not: n`, or raise."""
+        n = self.flatten(n, f"{path}.not", base)
+        if n is True:
+            return set(TYPES), []
+        if n is False:
+            return set(), []
+        keys = {k for k in n if k not in ANNOTATIONS}
+        if keys == {"anyOf"}:
+            types: set[str] = set()
+            values: list = []
+            for br in n["anyOf"]:
+                t, v = self._negation(br, path, base)
+                types |= t
+                values += v
+            return types, values
+        if keys <= {"type", "enum"}:
+            named = n.get("type", list(TYPES))
+            named = {named} if isinstance(named, str) else set(named)
+            if "number" in named:
+                named.add("integer")
+            if "enum" in n:
+                return set(), [v for v in n["enum"] if json_type(v) in named]
+            return named, []
+        raise UnsupportedSchemaError("not", path, "only `not` of types, enum/const and anyOf of those is exact")
+
+    # -- typed values -------------------------------------------------------------
+
+    def _typed(self, s: dict, path: str, base: str) -> Node:
+        if all(k in ANNOTATIONS for k in s):
+            return self.any()
+        declared = s.get("type", list(TYPES))
+        types = [t for t in TYPES if t in ({declared} if isinstance(declared, str) else set(declared))]
+        excluded_types, excluded = self._negation(s["not"], path, base) if "not" in s else (set(), [])
+        if "enum" in s:
+            return self._enum(s, types, excluded_types, excluded, path, base)
+        if "number" in types:
+            types.remove("integer") if "integer" in types else None
+            if "integer" in excluded_types and "number" not in excluded_types:
+                raise UnsupportedSchemaError("not", path, "`not: integer` on numbers (non-integers) is not exact")
+        parts = []
+        for t in types:
+            if t in excluded_types:
+                continue
+            mine = [v for v in excluded if json_type(v) == t or (t == "number" and json_type(v) == "integer")]
+            parts.append(self._type_node(t, s, mine, path, base))
+        return alt(*parts)
+
+    def _enum(self, s: dict, types: list, excluded_types: set, excluded: list, path: str, base: str) -> Node:
+        allowed = set(types) | ({"integer"} if "number" in types else set())
+        gone = {json.dumps(v, sort_keys=True) for v in excluded}
+        rest = {k: v for k, v in s.items() if k not in ANNOTATIONS and k not in ("enum", "type", "not")}
+        nodes = []
+        for v in s["enum"]:
+            t = json_type(v)
+            if t not in allowed or t in excluded_types or json.dumps(v, sort_keys=True) in gone:
+                continue
+            if rest and not self.accepts(rest, v, path, base):
+                continue
+            nodes.append(value_node(v, self.ws, f"{path}.enum"))
+        return alt(*nodes)
+
+    def _type_node(self, t: str, s: dict, excluded: list, path: str, base: str) -> Node:
+        if t == "null":
+            return NOTHING if excluded else literal(b"null")
+        if t == "boolean":
+            return alt(*(literal(b"true" if v else b"false") for v in (True, False) if v not in excluded))
+        if t in ("array", "object") and excluded:
+            raise UnsupportedSchemaError("not", path, f"excluding {t} values is not exact")
+        if t == "integer":
+            return self._integer(s, excluded, path)
+        if t == "number":
+            return self._number(s, excluded, path)
+        if t == "string":
+            return quoted(self._string_body(s, excluded, path))
+        if t == "array":
+            return array_node(self, s, path, base)
+        return object_node(self, s, path, base)
+
+    # -- numbers --------------------------------------------------------------------
+
+    def _interval(self, s: dict) -> Interval:
+        iv = Interval(None, None)
+        for key, strict, upper in (("minimum", False, False), ("exclusiveMinimum", True, False),
+                                   ("maximum", False, True), ("exclusiveMaximum", True, True)):
+            if key not in s:
+                continue
+            x = _dec(s[key])
+            if upper and (iv.hi is None or x < iv.hi or (x == iv.hi and strict)):
+                iv.hi, iv.hi_strict = x, strict
+            if not upper and (iv.lo is None or x > iv.lo or (x == iv.lo and strict)):
+                iv.lo, iv.lo_strict = x, strict
+        return iv
+
+    def _integer(self, s: dict, excluded: list, path: str) -> Node:
+        iv = self._interval(s)
+        lo = None if iv.lo is None else math.floor(iv.lo) + 1 if iv.lo_strict or iv.lo % 1 else int(iv.lo)
+        hi = None if iv.hi is None else math.ceil(iv.hi) - 1 if iv.hi_strict or iv.hi % 1 else int(iv.hi)
+        k = 1
+        if "multipleOf" in s:
+            k = Fraction(_dec(s["multipleOf"])).numerator  # n*p/q is an integer multiple iff p | n
+        parts = []
+        for a, b in _split_ints(lo, hi, sorted(int(_dec(v)) for v in excluded)):
+            part = integer_multiples(a, b, k)
+            if part is None:
+                raise UnsupportedSchemaError("multipleOf", path, f"multiples of {k} in [{a}, {b}] are not a small "
+                                             "automaton (needs a bounded range or a divisor of a power of 10)")
+            parts.append(part)
+        return alt(*parts)
+
+    def _number(self, s: dict, excluded: list, path: str) -> Node:
+        iv = self._interval(s)
+        points = sorted({_dec(v) for v in excluded})
+        if "multipleOf" not in s:
+            if iv.lo is None and iv.hi is None and not points:
+                return ANY_NUMBER
+            return alt(*(number_interval(p) for p in _split_interval(iv, points)))
+        m = Fraction(_dec(s["multipleOf"]))
+        if m.denominator == 1:  # integer-valued numbers, written with an optional zero fraction
+            ints = self._integer({**s, "multipleOf": int(m)}, excluded, path)
+            return seq(ints, optional(seq(literal(b"."), plus(literal(b"0")))))
+        digits = _power_of_ten(m)
+        if digits is not None:
+            return alt(*(number_interval(p, limit=digits, scientific=False) for p in _split_interval(iv, points)))
+        if iv.lo is not None and iv.hi is not None:
+            first, last = math.ceil(Fraction(iv.lo) / m), math.floor(Fraction(iv.hi) / m)
+            if last - first < _NUMBER_ENUM_LIMIT:
+                values = [Decimal(n * m.numerator) / Decimal(m.denominator) for n in range(first, last + 1)]
+                return alt(*(number_value(v) for v in values if iv.contains(v) and v not in points))
+        raise UnsupportedSchemaError("multipleOf", path, f"multipleOf {s['multipleOf']!r} on unbounded numbers "
+                                     "(only 10^-k, integers, or bounded ranges are exact)")
+
+    # -- strings --------------------------------------------------------------------
+
+    def pattern_body(self, pattern: Any, path: str) -> Node:
+        """String bodies containing a match of the ECMA regex (search semantics)."""
+        if not isinstance(pattern, str):
+            raise InvalidSchemaError("`pattern` must be a string", path, pattern)
+        if pattern not in self._patterns:
+            try:
+                self._patterns[pattern] = _regex(pattern, json_char)
+            except RegexSyntaxError as e:
+                raise InvalidSchemaError(f"`pattern` is not a valid regex ({e})", path, pattern) from None
+            except UnsupportedRegexError as e:
+                raise UnsupportedSchemaError("pattern", path, str(e)) from None
+        return self._patterns[pattern]
+
+    def _string_body(self, s: dict, excluded: list, path: str) -> Node:
+        lo, hi = s.get("minLength", 0), s.get("maxLength")
+        body = None
+        if "format" in s:
+            body = format_node(s["format"])
+            if body is None:
+                why = f"unknown format {s['format']!r}"
+                if not self.approximate:
+                    raise UnsupportedSchemaError("format", path, why)
+                warnings.warn(f"`format` at {path} ignored: {why}", stacklevel=2)
+        if "pattern" in s:
+            if body is not None:
+                raise UnsupportedSchemaError("pattern", path, "together with `format` (no exact intersection)")
+            body = self.pattern_body(s["pattern"], f"{path}")
+        if excluded:
+            if body is not None or lo or hi is not None:
+                raise UnsupportedSchemaError("not", path, "excluding strings together with length/pattern/format")
+            return string_not_in(excluded)
+        if body is None:
+            return any_string_body(lo, hi)
+        return restrict_length(body, lo, hi, path=path)
+
+    def string_body(self, schema: Any, path: str, base: str) -> Node:
+        """Bodies of the strings valid under `schema` (for `propertyNames`)."""
+        s = self.flatten(schema, path, base)
+        if s is True or s == {}:
+            return star(ANY_CHAR)
+        if s is False:
+            return NOTHING
+        s = normalize(s, self.draft)
+        node = self._typed({**s, "type": "string"} if "type" not in s else s, path, base)
+        if node == NOTHING:
+            return NOTHING
+        types = s.get("type", "string")
+        if "string" not in ([types] if isinstance(types, str) else types):
+            return NOTHING
+        if "enum" in s:
+            return alt(*(string_literal(v) for v in s["enum"] if isinstance(v, str) and self.accepts(s, v, path, base)))
+        return self._string_body(s, [], path)
+
+    # -- membership tests at compile time -----------------------------------------
+
+    def accepts(self, schema: Any, value: Any, path: str, base: str) -> bool:
+        """Whether `value` is valid under `schema` (by running its automaton)."""
+        from grammars.dfa import LazyDFA
+
+        sub = Compiler(self.root, ws=Whitespace(WhitespacePolicy.named("compact")), strict=self.strict,
+                       allow_approximate=self.approximate)
+        node = sub.node(schema, path, base)
+        dfa = LazyDFA(Grammar({"start": node, **sub.rules}), max_depth=64)
+        return dfa.matches(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+
+    def pattern_matches(self, pattern: Any, name: str, path: str) -> bool:
+        """Whether the property name `name` matches the ECMA regex (search)."""
+        from grammars.dfa import LazyDFA
+
+        if pattern not in self._matchers:
+            self.pattern_body(pattern, path)  # validates and reports errors with the path
+            self._matchers[pattern] = LazyDFA(Grammar({"start": _regex(pattern, None)}))
+        return self._matchers[pattern].matches(name.encode())
+
+
+def _regex(pattern: str, encode: Any) -> Node:
+    from grammars.regex import regex_node
+
+    if encode is None:
+        return regex_node(pattern, dialect="ecma", search=True)
+    return regex_node(pattern, dialect="ecma", search=True, encode=encode)
+
+
+def _dec(v: Any) -> Decimal:
+    return v if isinstance(v, Decimal) else to_decimal(v)
+
+
+def _power_of_ten(m: Fraction) -> int | None:
+    """k when m == 10**-k."""
+    if m.numerator != 1:
+        return None
+    k, d = 0, m.denominator
+    while d % 10 == 0:
+        d //= 10
+        k += 1
+    return k if d == 1 else None
+
+
+def _split_interval(iv: Interval, points: list[Decimal]) -> list[Interval]:
+    """iv minus the points, as open-ended pieces."""
+    pieces, cur = [], Interval(iv.lo, iv.hi, lo_strict=iv.lo_strict, hi_strict=iv.hi_strict)
+    for p in points:
+        if not cur.contains(p):
+            continue
+        pieces.append(Interval(cur.lo, p, lo_strict=cur.lo_strict, hi_strict=True))
+        cur = Interval(p, cur.hi, lo_strict=True, hi_strict=cur.hi_strict)
+    return [p for p in pieces + [cur] if not p.is_empty()]
+
+
+def _split_ints(lo: int | None, hi: int | None, points: list[int]) -> list[tuple[int | None, int | None]]:
+    out, cur = [], lo
+    for p in points:
+        if (cur is None or p >= cur) and (hi is None or p <= hi):
+            if cur is None or p - 1 >= cur:
+                out.append((cur, p - 1))
+            cur = p + 1
+    if cur is None or hi is None or cur <= hi:
+        out.append((cur, hi))
+    return out
+

@@ -1,0 +1,200 @@
+"""JSON values as grammar nodes: whitespace policy, constants, any value.
+
+Example:
+    >>> from grammars.dfa import LazyDFA
+    >>> from grammars.ast import Grammar
+    >>> ws = Whitespace(WhitespacePolicy())
+    >>> dfa = LazyDFA(Grammar({"start": value_node({"a": [1, "x"]}, ws)}))
+    >>> [dfa.matches(s) for s in (b'{"a":[1,"x"]}', b'{"a": [1.0, "\\\\u0078"]}', b'{"a":[1]}')]
+    [True, True, False]
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Iterable
+
+from grammars.ast import EMPTY, Node, Ref, alt, byteset, literal, optional, repeat, seq, star
+from grammars.errors import InvalidSchemaError
+from grammars.json_numbers import ANY_NUMBER, number_value
+from grammars.json_strings import ANY_CHAR, quoted, string_literal
+
+__all__ = [
+    "WhitespacePolicy", "Whitespace", "value_node", "json_key", "json_type", "to_decimal",
+    "any_value_rule", "ANY_RULE", "ANY_STRING", "PERMUTATION_LIMIT",
+]
+
+ANY_RULE = "any_json_value"
+ANY_STRING: Node = quoted(star(ANY_CHAR))
+# Objects in `const`/`enum` match in any key order up to this many keys
+# (n! orders); larger ones only in the order written in the schema.
+PERMUTATION_LIMIT = 4
+
+
+@dataclass(frozen=True)
+class WhitespacePolicy:
+    """How much whitespace may appear between JSON tokens (always bounded).
+
+    A gap is either empty, 1..`max_spaces` spaces, or 1..`max_newlines`
+    newlines each followed by up to `max_indent` indentation characters
+    (`indent_chars`). This accepts compact output, `json.dumps` defaults
+    (`", "`, `": "`) and pretty printing (`indent=2`, `indent=4`, tabs) up to
+    `max_indent` columns, but never unbounded whitespace.
+    `around_document` allows one gap before and after the whole value.
+
+    Example:
+        >>> WhitespacePolicy(max_indent=8).max_newlines
+        1
+    """
+
+    max_spaces: int = 1
+    max_newlines: int = 1
+    max_indent: int = 32
+    indent_chars: str = " \t"
+    around_document: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("max_spaces", "max_newlines", "max_indent"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"WhitespacePolicy.{name} must be a non-negative int, got {value!r}")
+        if not set(self.indent_chars) <= {" ", "\t"}:
+            raise ValueError(f"indent_chars may hold only spaces and tabs, got {self.indent_chars!r}")
+
+    @classmethod
+    def named(cls, name: "str | WhitespacePolicy") -> "WhitespacePolicy":
+        if isinstance(name, WhitespacePolicy):
+            return name
+        if name == "default":
+            return cls()
+        if name == "compact":
+            return cls(0, 0, 0, "", False)
+        raise ValueError(f"whitespace must be 'default', 'compact' or a WhitespacePolicy, got {name!r}")
+
+
+class Whitespace:
+    """The punctuation nodes of one policy: `gap`, `sep` (,), `colon` (:), ..."""
+
+    def __init__(self, policy: WhitespacePolicy) -> None:
+        self.policy = policy
+        parts = [EMPTY]
+        if policy.max_spaces:
+            parts.append(repeat(literal(b" "), 1, policy.max_spaces))
+        if policy.max_newlines:
+            indent = repeat(byteset(policy.indent_chars.encode()), 0, policy.max_indent) if policy.indent_chars else EMPTY
+            parts.append(repeat(seq(literal(b"\n"), indent), 1, policy.max_newlines))
+        self.gap: Node = alt(*parts)
+        g = self.gap
+        self.sep = seq(g, literal(b","), g)
+        self.colon = seq(g, literal(b":"), g)
+        self.open_obj, self.close_obj = seq(literal(b"{"), g), seq(g, literal(b"}"))
+        self.open_arr, self.close_arr = seq(literal(b"["), g), seq(g, literal(b"]"))
+        self.around = g if policy.around_document else EMPTY
+
+    def obj(self, body: Node) -> Node:
+        return seq(self.open_obj, body, self.close_obj)
+
+    def arr(self, body: Node) -> Node:
+        return seq(self.open_arr, body, self.close_arr)
+
+    def listing(self, item: Node, lo: int = 0, hi: int | None = None) -> Node:
+        """lo..hi copies of `item` separated by commas."""
+        if hi == 0:
+            return EMPTY
+        first_hi = None if hi is None else hi - 1
+        more = seq(item, repeat(seq(self.sep, item), max(lo - 1, 0), first_hi))
+        return more if lo > 0 else optional(more)
+
+
+# ---------------------------------------------------------------------------
+# JSON value identity
+
+
+def json_type(v: Any) -> str:
+    """The JSON Schema type name of a Python JSON value ("integer" for 1 and 1.0)."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, int):
+        return "integer"
+    if isinstance(v, float):
+        return "integer" if v.is_integer() else "number"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, list):
+        return "array"
+    if isinstance(v, dict):
+        return "object"
+    raise TypeError(f"not a JSON value: {v!r}")
+
+
+def to_decimal(v: int | float) -> Decimal:
+    if isinstance(v, float) and not math.isfinite(v):
+        raise ValueError(f"{v!r} is not a JSON number")
+    return Decimal(repr(v)) if isinstance(v, float) else Decimal(v)
+
+
+def json_key(v: Any) -> Any:
+    """Hashable key with JSON equality: 1 == 1.0, true != 1, key order ignored."""
+    t = json_type(v)
+    if t in ("integer", "number"):
+        return ("num", to_decimal(v).normalize())
+    if t == "array":
+        return ("arr", tuple(json_key(x) for x in v))
+    if t == "object":
+        return ("obj", frozenset((k, json_key(x)) for k, x in v.items()))
+    return (t, v)
+
+
+# ---------------------------------------------------------------------------
+# Value nodes
+
+
+def value_node(v: Any, ws: Whitespace, path: str = "$") -> Node:
+    """Every serialization of the JSON value v (numbers by value, escapes, key order)."""
+    try:
+        t = json_type(v)
+    except TypeError:
+        raise InvalidSchemaError("`enum`/`const` values must be JSON values", path, v) from None
+    if t == "null":
+        return literal(b"null")
+    if t == "boolean":
+        return literal(b"true" if v else b"false")
+    if t in ("integer", "number"):
+        try:
+            return number_value(to_decimal(v))
+        except ValueError:
+            raise InvalidSchemaError("numbers must be finite", path, v) from None
+    if t == "string":
+        return quoted(string_literal(v))
+    if t == "array":
+        items = [value_node(x, ws, path) for x in v]
+        return ws.arr(_join(items, ws.sep))
+    for k in v:
+        if not isinstance(k, str):
+            raise InvalidSchemaError("object keys must be strings", path, k)
+    members = [seq(quoted(string_literal(k)), ws.colon, value_node(x, ws, path)) for k, x in v.items()]
+    orders: Iterable[tuple[Node, ...]] = (
+        itertools.permutations(members) if len(members) <= PERMUTATION_LIMIT else [tuple(members)])
+    return ws.obj(alt(*(_join(list(o), ws.sep) for o in orders)))
+
+
+def _join(items: list[Node], sep: Node) -> Node:
+    out: list[Node] = []
+    for i, item in enumerate(items):
+        if i:
+            out.append(sep)
+        out.append(item)
+    return seq(*out)
+
+
+def any_value_rule(ws: Whitespace) -> Node:
+    """Body of the rule `ANY_RULE`: any JSON value, nesting through `Ref`."""
+    inner = Ref(ANY_RULE)
+    array = ws.arr(ws.listing(inner))
+    obj = ws.obj(ws.listing(seq(ANY_STRING, ws.colon, inner)))
+    return alt(literal(b"null"), literal(b"true"), literal(b"false"), ANY_NUMBER, ANY_STRING, array, obj)
