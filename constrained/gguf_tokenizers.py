@@ -28,6 +28,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -36,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from constrained.vocab_files import VocabDownloadError, cache_root, gguf_path, test_vectors, vocab_dir
+from constrained.vocab_files import VocabDownloadError, _file_lock, cache_root, gguf_path, test_vectors, vocab_dir
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -51,6 +52,8 @@ __all__ = [
     "tokenizer_from_gguf",
     "hf_tokenizer",
     "save_hf_tokenizer",
+    "sentencepiece_model",
+    "read_gguf_vocab",
 ]
 
 #: Vocabularies whose rebuilt tokenizer reproduces every llama.cpp test vector.
@@ -208,7 +211,8 @@ def _byte_level_bpe(v: GGUFVocab) -> Tokenizer:
     tok = Tokenizer(models.BPE(vocab, merges, ignore_merges=v.pre in _IGNORE_MERGES))
     splits = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in regexes]
     # The regexes split the text; ByteLevel then only maps bytes to the GPT-2 alphabet.
-    tok.pre_tokenizer = pre_tokenizers.Sequence([*splits, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    to_alphabet = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.pre_tokenizer = pre_tokenizers.Sequence([*splits, to_alphabet])
     tok.decoder = decoders.ByteLevel()
     return tok
 
@@ -304,18 +308,19 @@ def _ensure_built(name: str) -> Path:
     final = _cache_dir(name)
     if (final / "tokenizer.json").is_file():
         return final
-    v = read_gguf_vocab(gguf_path(name))
+    source = gguf_path(name)  # downloads first, under its own lock
     final.parent.mkdir(parents=True, exist_ok=True)
-    staged = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{name}-"))
-    try:
-        staged.chmod(0o755)  # mkdtemp makes it private; the cache is as shareable as the user's umask allows
-        _write_hf_folder(v, _build(v), staged)
-        os.rename(staged, final)  # atomic: readers see a complete folder or none
-    except OSError:
-        if not (final / "tokenizer.json").is_file():  # not a lost race with another process
-            raise
-    finally:
-        shutil.rmtree(staged, ignore_errors=True)
+    with _file_lock(final.parent / f"{name}.lock"):  # one process builds, the others wait and reuse
+        if (final / "tokenizer.json").is_file():
+            return final
+        v = read_gguf_vocab(source)
+        staged = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{name}-"))
+        try:
+            staged.chmod(0o755)  # mkdtemp makes it private; the cache is shareable like the rest
+            _write_hf_folder(v, _build(v), staged)
+            os.rename(staged, final)  # atomic: readers see a complete folder or none
+        finally:
+            shutil.rmtree(staged, ignore_errors=True)
     return final
 
 
@@ -378,3 +383,41 @@ def hf_tokenizer(name: str) -> PreTrainedTokenizerFast:
     from transformers import PreTrainedTokenizerFast
 
     return PreTrainedTokenizerFast.from_pretrained(str(_ensure_built(name)), local_files_only=True)
+
+
+@functools.cache  # reading the GGUF takes about a second; tests ask for the same model repeatedly
+def sentencepiece_model(name: str) -> bytes:
+    """A serialized SentencePiece BPE ``ModelProto`` for an SPM vocab (``llama-spm``, ``phi-3``).
+
+    Lets the real SentencePiece library (and transformers' slow tokenizers)
+    run on the same pieces, scores and types. Needs ``sentencepiece`` and
+    ``protobuf``.
+
+    Example:
+        >>> import sentencepiece  # doctest: +SKIP
+        >>> sp = sentencepiece.SentencePieceProcessor(model_proto=sentencepiece_model("llama-spm"))  # doctest: +SKIP
+        >>> sp.encode("Hello world")  # doctest: +SKIP
+        [15043, 3186]
+    """
+    from sentencepiece import sentencepiece_model_pb2 as pb
+
+    v = read_gguf_vocab(gguf_path(name))
+    if v.model != "llama" or v.scores is None:
+        raise ValueError(f"vocab {name!r} is not a SentencePiece vocab (tokenizer.ggml.model={v.model!r})")
+    piece = pb.ModelProto.SentencePiece
+    model = pb.ModelProto()
+    for i, (text, score, kind) in enumerate(zip(v.tokens, v.scores, v.token_types)):
+        # SentencePiece allows exactly one UNKNOWN piece; phi-3's GGUF also marks its [PAD] pieces unknown.
+        if kind == _UNKNOWN or i == v.unk_token_id:
+            kind = piece.UNKNOWN if i == v.unk_token_id else piece.CONTROL
+        model.pieces.add(piece=text, score=score, type=kind)
+    trainer = model.trainer_spec
+    trainer.model_type, trainer.byte_fallback = pb.TrainerSpec.BPE, True
+    trainer.unk_id = -1 if v.unk_token_id is None else v.unk_token_id
+    trainer.bos_id = -1 if v.bos_token_id is None else v.bos_token_id
+    trainer.eos_id, trainer.pad_id = v.tokens.index("</s>") if "</s>" in v.tokens else -1, -1
+    # No NFKC, keep every space: llama.cpp only prepends "▁" and escapes spaces.
+    spec = model.normalizer_spec
+    spec.name, spec.add_dummy_prefix = "identity", v.add_space_prefix
+    spec.remove_extra_whitespaces, spec.escape_whitespaces = False, True
+    return model.SerializeToString()

@@ -2,14 +2,24 @@
 
 Most decoding steps of a JSON document are inside a string, where nearly the
 whole vocabulary is allowed and the DFA simply loops on itself.  Walking the
-full trie there touches every node.  Following llguidance, we precompute for a
-few byte languages ("slices", e.g. JSON string characters) the set of tokens
-made only of slice characters, plus a small trie of all the *other* tokens.
+trie there touches every node.  Following llguidance, a *slice* is a small
+byte language (e.g. JSON string characters) with, precomputed once per
+vocabulary:
+
+- the tokens made only of slice characters (`member`, as a ready bitmask);
+- the trie nodes where a prefix first *leaves* the slice language (`exits`).
 
 When a DFA state `q` maps every string of the slice language back to `q`
 (checked on the product of `q` with the slice's tiny automaton), every slice
-token is allowed and leads back to `q`: we copy its precomputed bitmask and
-walk only the small complementary trie.
+token is allowed and leads back to `q` (or, for a token ending inside a
+multi-byte character, to one known state per kind of unfinished character),
+and every trie node above an exit is alive in a known state.  So a visit is
+one bitmask copy plus a walk that starts at the exits, a few thousand nodes
+instead of a few hundred thousand.
+
+Two kinds of slices exist: UTF-8 ones built with the vocabulary (JSON string
+content, regex `.`), and ASCII byte-set ones (`[a-z ]*`, whitespace runs)
+built the first time a state self-loops on that byte set.
 
 Example:
     >>> table = utf8_table(excluded=b'"\\\\' + bytes(range(0x20)))
@@ -21,29 +31,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Sequence
 
 import numpy as np
 
 from constrained.vocab_trie import VocabTrie
 
-__all__ = ["Slice", "SLICE_LANGUAGES", "utf8_table", "build_slice", "loops_on", "equivalent", "pack_bits"]
+__all__ = [
+    "Slice", "UTF8_SLICES", "utf8_table", "byteset_table", "build_slice", "slice_targets",
+    "equivalent", "pack_bits",
+]
 
 # Slice automaton states: 0 is the start and the only accepting state.  The
 # others count the UTF-8 continuation bytes still owed (with the classic
 # narrower ranges after E0, ED, F0 and F4 that exclude overlong forms and surrogates).
 _CONT1, _CONT2, _CONT3, _E0, _ED, _F0, _F4 = range(1, 8)
 
-# Largest slices first: a state looping on a larger slice skips more tokens.
-SLICE_LANGUAGES: dict[str, bytes] = {
-    # regex `.`: any character but newline
-    "line": b"\n",
-    # JSON string contents: no quote, backslash or control character
-    "json_string": b'"\\' + bytes(range(0x20)),
+# name -> excluded ASCII bytes.  Largest slices first: a state looping on a
+# larger slice skips more tokens.
+UTF8_SLICES: dict[str, bytes] = {
+    "line": b"\n",                                    # regex `.`: any character but newline
+    "json_string": b'"\\' + bytes(range(0x20)),       # no quote, backslash or control character
 }
 
-# Product states explored before giving up on a slice (UTF-8 needs ~8).
-_MAX_PRODUCT_STATES = 64
 # State pairs explored when proving two DFA states equivalent.
 _MAX_EQUIV_PAIRS = 256
 
@@ -70,52 +79,66 @@ def utf8_table(excluded: bytes = b"") -> np.ndarray:
     return t
 
 
+def byteset_table(mask: int) -> np.ndarray:
+    """int16[2, 256] DFA of non-empty strings over the bytes of `mask` (state 1 accepts).
+
+    Two states, so that a DFA state may enter the loop on its first byte:
+    `[a-z]` then `[a-z]*` is a slice with targets (q, q_loop).
+    """
+    t = np.full((2, 256), -1, dtype=np.int16)
+    t[:, [b for b in range(256) if mask >> b & 1]] = 1
+    return t
+
+
 @dataclass(frozen=True, eq=False)
 class Slice:
-    """Tokens made only of the slice's characters, and a trie of the others.
+    """Slice tokens and exit nodes of one slice language over one vocabulary trie.
+
+    A slice token may end inside a multi-byte character (byte-level BPE has
+    thousands of such tokens); `end` records the slice automaton state it ends
+    in, so that a state looping on the slice knows where each one leads.
 
     Attributes:
-        name: key of `SLICE_LANGUAGES`.
-        table: the slice automaton (see `utf8_table`).
-        member: bool[vocab size], True for slice tokens.
+        name: e.g. "json_string", or "bytes:<hex mask>" for byte-set slices.
+        table: the slice automaton, int16[n_states, 256] (-1: no move).
+        end: int8[vocab size], slice state after the token; -1 if not a slice token.
+        member: bool[vocab size], `end >= 0`.
         bitmask: packed int32 mask of the slice tokens.
-        complement: trie of every other (non-special) token.
+        exits: trie nodes whose prefix leaves the slice language at their own
+            byte; `exit_from` is the slice state just before that byte.
     """
 
     name: str
     table: np.ndarray
+    end: np.ndarray
     member: np.ndarray
     bitmask: np.ndarray
-    complement: VocabTrie
+    exits: np.ndarray
+    exit_from: np.ndarray
 
     @cached_property
-    def moves(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """Per slice state: (bytes completing a character, bytes continuing one, their next state)."""
-        out = []
-        for row in self.table:
-            done = np.flatnonzero(row == 0)
-            inner = np.flatnonzero(row > 0)
-            out.append((done, inner, row[inner].astype(np.int64)))
-        return out
+    def moves(self) -> list[list[tuple[int, np.ndarray]]]:
+        """Per slice state: (next slice state, bytes leading there) groups."""
+        return [[(int(b), np.flatnonzero(row == b)) for b in np.unique(row[row >= 0])]
+                for row in self.table]
 
     @property
     def nbytes(self) -> int:
-        return self.table.nbytes + self.member.nbytes + self.bitmask.nbytes + self.complement.nbytes
+        arrays = (self.table, self.end, self.member, self.bitmask, self.exits, self.exit_from)
+        return sum(a.nbytes for a in arrays)
 
 
-def build_slice(name: str, trie: VocabTrie, token_bytes: Sequence[bytes | None],
-                usable: np.ndarray, n_words: int) -> Slice:
-    """Split the `usable` tokens of `trie` into slice tokens and a complement trie."""
-    table = utf8_table(SLICE_LANGUAGES[name])
-    as_dfa = table.astype(np.int32)
-    identity = np.arange(256, dtype=np.int32)
-    ids, ends = trie.walk(0, identity, lambda: as_dfa, lambda s: None)
-    member = np.zeros(len(token_bytes), dtype=bool)
-    member[ids[ends == 0]] = True
-    member &= usable
-    rest = np.flatnonzero(usable & ~member)
-    return Slice(name, table, member, pack_bits(member, n_words),
-                 VocabTrie.build(token_bytes, rest.tolist()))
+def build_slice(name: str, table: np.ndarray, trie: VocabTrie, usable: np.ndarray, n_words: int) -> Slice:
+    """Slice tokens (among `usable`) and exit nodes of the language of `table` over `trie`."""
+    inside = trie.node_states(table.astype(np.int32))
+    end = np.full(len(usable), -1, dtype=np.int8)
+    end[trie.term_ids] = inside[trie.term_nodes]
+    end[~usable] = -1
+    member = end >= 0
+    parent = trie.parents
+    before = np.where(parent >= 0, inside[np.maximum(parent, 0)], 0)
+    exits = np.flatnonzero((inside < 0) & (before >= 0)).astype(np.int32)
+    return Slice(name, table, end, member, pack_bits(member, n_words), exits, before[exits].astype(np.int32))
 
 
 def pack_bits(flags: np.ndarray, n_words: int) -> np.ndarray:
@@ -125,39 +148,34 @@ def pack_bits(flags: np.ndarray, n_words: int) -> np.ndarray:
     return np.packbits(padded, bitorder="little").view("<i4").astype(np.int32, copy=False)
 
 
-def loops_on(dfa, q: int, sl: Slice) -> bool:
-    """True when every string of the slice language leads `dfa` from `q` back to `q`.
+def slice_targets(dfa, q: int, sl: Slice) -> np.ndarray | None:
+    """Where slice tokens lead from `q`, per slice end state; None if `q` does not loop on the slice.
 
-    Explores the product of `q` with the slice automaton: every byte the slice
-    allows must keep the DFA alive, and completing a slice character must land
-    on `q`, or on a state proven equivalent to `q` (a lazily determinized DFA
-    is not minimal: `"a` and `"é` may reach different but equivalent states).
+    `q` loops on the slice when every string of the slice language leads back
+    to `q`.  We explore the product of `q` with the slice automaton keeping one
+    DFA state per slice state: other DFA states met with the same slice state
+    must be proven equivalent to it (a lazily determinized DFA is not minimal:
+    after the lead bytes E1 and EE, two NFA branches give two equivalent
+    states).  Every byte the slice allows must keep the DFA alive.
     """
-    seen = {(q, 0)}
-    twins: set[int] = {q}
-    todo = [(q, 0)]
+    reps = np.full(len(sl.table), -1, dtype=np.int32)
+    reps[0] = q
+    todo = [0]
     while todo:
-        s, a = todo.pop()
-        row = dfa.transitions(s)                 # int32[256], memoized by the DFA
-        done_bytes, inner_bytes, inner_next = sl.moves[a]
-        ends = row[done_bytes]                   # DFA states after a complete character
-        mids = row[inner_bytes]                  # ... and inside one
-        if (len(ends) and ends.min() < 0) or (len(mids) and mids.min() < 0):
-            return False
-        if len(ends) and not (ends == q).all():
-            for other in set(ends.tolist()) - twins:
-                if not equivalent(dfa, q, other):
-                    return False
-                twins.add(other)
-        if len(mids):
-            for key in set((mids.astype(np.int64) * 8 + inner_next).tolist()):
-                pair = (key >> 3, key & 7)
-                if pair not in seen:
-                    if len(seen) >= _MAX_PRODUCT_STATES:
-                        return False
-                    seen.add(pair)
-                    todo.append(pair)
-    return True
+        a = todo.pop()
+        row = dfa.transitions(int(reps[a]))      # int32[256], memoized by the DFA
+        for b, byte_ids in sl.moves[a]:
+            targets = row[byte_ids]
+            if targets.min() < 0:
+                return None
+            if reps[b] < 0:
+                reps[b] = targets[0]
+                todo.append(b)
+            if not (targets == reps[b]).all():
+                for other in set(targets.tolist()) - {int(reps[b])}:
+                    if not equivalent(dfa, int(reps[b]), other):
+                        return None
+    return reps
 
 
 def equivalent(dfa, a: int, b: int) -> bool:
@@ -171,8 +189,13 @@ def equivalent(dfa, a: int, b: int) -> bool:
         if x < 0 or y < 0 or bool(dfa.is_accepting(x)) != bool(dfa.is_accepting(y)):
             return False
         rx, ry = dfa.transitions(x), dfa.transitions(y)
-        for pair in set(zip(rx.tolist(), ry.tolist())):
-            if pair[0] != pair[1] and pair not in seen:
+        differ = rx != ry
+        if not differ.any():
+            continue
+        keys = np.unique((rx[differ].astype(np.int64) << 32) | (ry[differ].astype(np.int64) & 0xFFFFFFFF))
+        for key in keys.tolist():
+            pair = (key >> 32, (key & 0xFFFFFFFF) - ((key & 0x80000000) << 1))
+            if pair not in seen:
                 if len(seen) >= _MAX_EQUIV_PAIRS:
                     return False
                 seen.add(pair)

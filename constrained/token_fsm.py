@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from constrained.errors import IncompatibleVocabularyError
-from constrained.slices import Slice, loops_on, pack_bits
+from constrained.slices import Slice, pack_bits, slice_targets
 from constrained.vocab_index import VocabIndex
 
 if TYPE_CHECKING:
@@ -42,6 +42,8 @@ FINISHED = -3
 # Forced byte strings longer than this are cut (a safety bound, not a limit users meet).
 _MAX_FORCED_BYTES = 4096
 _EMPTY = np.empty(0, dtype=np.int32)
+# A state self-looping on at least this many ASCII bytes uses a byte-set slice.
+_MIN_BYTESET_SLICE = 2
 
 
 @dataclass(eq=False)
@@ -51,8 +53,9 @@ class StateMasks:
     Attributes:
         ids: sorted allowed non-EOS ids *not* covered by `slice`.
         next: next DFA state of each of `ids`.
-        slice: when set, every token of the slice is also allowed and leads
-            back to this same state.
+        slice: when set, every token of the slice is also allowed; token t
+            leads to `slice_next[slice.end[t]]` (this same state when t ends
+            on a character boundary).
         accepting: the text so far is a complete match (EOS allowed).
         bitmask: packed int32 mask of every allowed id, EOS included.
     """
@@ -62,6 +65,7 @@ class StateMasks:
     slice: Slice | None
     accepting: bool
     bitmask: np.ndarray
+    slice_next: np.ndarray | None = None
     allowed: np.ndarray | None = None     # full sorted id list, built on demand
     forced: tuple[int, ...] | None = None
 
@@ -96,11 +100,11 @@ class TokenFSM:
         self.vocab = vocab
         self.index = VocabIndex.for_vocab(vocab)
         self.initial = int(dfa.initial)
-        self._slices = self.index.slices if use_slices else ()
+        self._use_slices = use_slices
         self._memo: dict[int, StateMasks] = {}
         self._lock = threading.RLock()
         self._finished = StateMasks(_EMPTY, _EMPTY, None, True, self.index.eos_bitmask,
-                                    self.index.eos_ids, ())
+                                    allowed=self.index.eos_ids, forced=())
         self._check_initial()
 
     # -- public queries -----------------------------------------------------
@@ -137,7 +141,7 @@ class TokenFSM:
         if token_id in self.index.eos_set:
             return FINISHED
         if m.slice is not None and m.slice.member[token_id]:
-            return state
+            return int(m.slice_next[m.slice.end[token_id]])
         i = int(np.searchsorted(m.ids, token_id))
         return int(m.next[i])
 
@@ -170,12 +174,20 @@ class TokenFSM:
     def _compute(self, state: int) -> StateMasks:
         dfa = self.dfa
         if state < 0:
-            return StateMasks(_EMPTY, _EMPTY, None, False, np.zeros(self.index.n_words, np.int32), _EMPTY, ())
+            return StateMasks(_EMPTY, _EMPTY, None, False, np.zeros(self.index.n_words, np.int32),
+                              allowed=_EMPTY, forced=())
         dfa.expand(np.array([state], dtype=np.int32))
         accepting = bool(dfa.is_accepting(state))
-        sl = next((s for s in self._slices if loops_on(dfa, state, s)), None)
-        trie = sl.complement if sl is not None else self.index.trie
-        ids, nxt = trie.walk(state, dfa.byte_class, lambda: dfa.table, dfa.expand)
+        sl, targets = self._find_slice(state)
+        walk_args = (dfa.byte_class, lambda: dfa.table, dfa.expand)
+        trie = self.index.trie
+        if sl is None:
+            ids, nxt = trie.walk(state, *walk_args)
+        else:
+            # nodes above the exits are inside the slice, in known states: start at the exits
+            dfa.expand(targets)
+            starts = trie.step(targets[sl.exit_from], sl.exits, *walk_args)
+            ids, nxt = trie.walk_from(sl.exits, starts, *walk_args)
         ids, nxt = self._sort(ids, nxt)
         flags = np.zeros(self.index.size, dtype=bool)
         flags[ids] = True
@@ -184,7 +196,31 @@ class TokenFSM:
             bitmask |= sl.bitmask
         if accepting:
             bitmask |= self.index.eos_bitmask
-        return StateMasks(ids, nxt.astype(np.int32, copy=False), sl, accepting, bitmask)
+        return StateMasks(ids, nxt.astype(np.int32, copy=False), sl, accepting, bitmask, targets)
+
+    def _find_slice(self, state: int) -> tuple[Slice | None, np.ndarray | None]:
+        """The largest slice `state` loops on, with where its tokens lead."""
+        if not self._use_slices:
+            return None, None
+        for sl in self.index.slices:
+            targets = slice_targets(self.dfa, state, sl)
+            if targets is not None:
+                return sl, targets
+        # ASCII bytes leading to one state that loops on them all, e.g. `[a-z ]*`,
+        # `[0-9]+` or a whitespace run: a byte-set slice with targets (state, loop)
+        row = self.dfa.transitions(state)[:128]
+        live = row[row >= 0]
+        if len(live) < _MIN_BYTESET_SLICE:
+            return None, None
+        loop = state
+        if (live == state).sum() < _MIN_BYTESET_SLICE:
+            values, counts = np.unique(live, return_counts=True)
+            loop = int(values[counts.argmax()])
+        inner = np.flatnonzero((row == loop) & (self.dfa.transitions(loop)[:128] == loop))
+        if len(inner) < _MIN_BYTESET_SLICE:
+            return None, None
+        mask = sum(1 << b for b in inner.tolist())
+        return self.index.byteset_slice(mask), np.array([state, loop], dtype=np.int32)
 
     def _sort(self, ids: np.ndarray, nxt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # Large sets: scatter into a dense row (O(vocab)) beats an O(n log n) sort.

@@ -1,0 +1,71 @@
+"""Shared fixtures: real tokenizers rebuilt from llama.cpp's vocab files.
+
+The first use downloads the llama-cpp-python sdist once (see
+`constrained.vocab_files`); a failed download raises `VocabDownloadError`, so
+tests that need a tokenizer error out instead of skipping.
+
+Use the factories (``tokenizer("qwen2")``, ``hf_tok("llama-spm")``,
+``vocabulary("gpt-2")``) or the named fixtures (``gpt2_tok``, ...). Each object
+is built once per session.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import pytest
+
+from constrained.gguf_tokenizers import hf_tokenizer, load_tokenizer
+from constrained.vocab import Vocabulary
+
+_load = functools.cache(load_tokenizer)
+_hf = functools.cache(hf_tokenizer)
+
+
+@functools.cache
+def _vocabulary(name: str) -> Vocabulary:
+    return Vocabulary.from_tokenizer(_hf(name))
+
+
+@pytest.fixture(scope="session")
+def tokenizer() -> Callable[[str], Any]:
+    """Factory: ``tokenizer(name)`` -> `tokenizers.Tokenizer` for a name in `VOCABS`."""
+    return _load
+
+
+@pytest.fixture(scope="session")
+def hf_tok() -> Callable[[str], Any]:
+    """Factory: ``hf_tok(name)`` -> transformers `PreTrainedTokenizerFast` (bos/eos/unk/pad set)."""
+    return _hf
+
+
+@pytest.fixture(scope="session")
+def vocabulary() -> Callable[[str], Vocabulary]:
+    """Factory: ``vocabulary(name)`` -> `Vocabulary` built from the HF tokenizer."""
+    return _vocabulary
+
+
+@pytest.fixture(scope="session")
+def gpt2_tok(tokenizer: Callable[[str], Any]) -> Any:
+    return tokenizer("gpt-2")
+
+
+@pytest.fixture(scope="session")
+def llama_bpe_tok(tokenizer: Callable[[str], Any]) -> Any:
+    return tokenizer("llama-bpe")
+
+
+@pytest.fixture(scope="session")
+def llama_spm_tok(tokenizer: Callable[[str], Any]) -> Any:
+    return tokenizer("llama-spm")
+
+
+@pytest.fixture(scope="session")
+def qwen2_tok(tokenizer: Callable[[str], Any]) -> Any:
+    return tokenizer("qwen2")
+
+
+@pytest.fixture(scope="session")
+def phi3_tok(tokenizer: Callable[[str], Any]) -> Any:
+    return tokenizer("phi-3")
