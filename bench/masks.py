@@ -146,7 +146,16 @@ def _case_worker(send: Callable[[dict], None], engine: Engine, schema: Any, walk
                   "at": None, "note": f"{type(e).__name__}: {e}"[:200], "mask_ns": [], "adv_ns": []})
 
 
-def case_record(engine: str, case: Case, walks: list[Walk], outcome: Any) -> dict:
+def _failure(msg: dict, walk: Walk, case: Case, token_text: Callable[[list[int]], str]) -> dict:
+    """Where a walk went wrong, with the text read so far (its last 40 characters)."""
+    at = len(walk.ids) if msg["at"] is None else msg["at"]
+    return {"test": msg["test"], "description": case.tests[msg["test"]]["description"], "style": msg["style"],
+            "valid": msg["valid"], "at_token": msg["at"], "read": token_text(list(walk.ids[:at]))[-40:],
+            "next": token_text(list(walk.ids[at:at + 1])), "note": msg["note"]}
+
+
+def case_record(engine: str, case: Case, walks: list[Walk], outcome: Any,
+                token_text: Callable[[list[int]], str] = lambda ids: "") -> dict:
     """One JSON line for an (engine, schema) run from the worker's messages."""
     comp = next((m for m in outcome.messages if m["event"] == "compile"), None)
     done = [m for m in outcome.messages if m["event"] == "walk"]
@@ -171,7 +180,8 @@ def case_record(engine: str, case: Case, walks: list[Walk], outcome: Any) -> dic
         "late_failure": outcome.status if comp and outcome.status != "ok" else "",
         "wall_s": round(outcome.wall_s, 3),
     }
-    rec["failures"] = [{k: m[k] for k in ("test", "style", "valid", "at", "note")}
+    by_key = {(w.test, w.style): w for w in walks}
+    rec["failures"] = [_failure(m, by_key[(m["test"], m["style"])], case, token_text)
                        for m in done if m["accepted"] is None or m["accepted"] != m["valid"]][:_MAX_FAILURES_LISTED]
     rec["mask_ns"] = mask_ns                       # pooled by the summary, dropped before printing
     return rec
@@ -211,6 +221,7 @@ def run_masks(cases: list[Case], engines: dict[str, dict], tokenizer: Any, vocab
               log: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> list[dict]:
     """Run every (engine, case); `emit` gets each JSON record as it completes. Returns the records."""
     eos = int(tokenizer.eos_token_id)
+    text = lambda ids: b"".join(vocab.token_bytes[i] or b"" for i in ids).decode("utf-8", "replace")  # noqa: E731
     n_words = (vocab.size + 31) // 32
     records = []
     for case in cases:
@@ -222,7 +233,7 @@ def run_masks(cases: list[Case], engines: dict[str, dict], tokenizer: Any, vocab
                 continue
             outcome = run_isolated(_case_worker, (info["engine"], case.schema, walks, eos, n_words),
                                    time_limit=time_limit, mem_limit=mem_limit)
-            rec = case_record(name, case, walks, outcome)
+            rec = case_record(name, case, walks, outcome, text)
             records.append(rec)
             emit({k: v for k, v in rec.items() if k != "mask_ns"})
             log(f"[masks] {case.name:28s} {name:13s} {rec['status']:11s} ttfm={rec['ttfm_ms']}ms "

@@ -34,7 +34,7 @@ def _r(x: float | None, nd: int = 1) -> float | None:
 
 def masks_summary(records: list[dict], engines: dict[str, dict]) -> str:
     """Per-engine totals: compile failures by kind, TTFM, TBM, valid rejected, invalid accepted."""
-    header = ["engine", "schemas ok", "unsupported", "timeout", "oom", "crash", "TTFM mean ms", "TTFM p50 ms",
+    header = ["engine", "vocab setup s", "schemas ok", "unsupported", "timeout", "oom", "crash", "TTFM mean ms", "TTFM p50 ms",
               "TBM mean µs", "TBM p50 µs", "TBM p99 µs", "valid rejected", "invalid accepted", "all tests pass"]
     rows = []
     for name, info in engines.items():
@@ -53,7 +53,7 @@ def masks_summary(records: list[dict], engines: dict[str, dict]) -> str:
         passing = sum(1 for r in ok if not r["late_failure"] and r["walks_done"] == r["walks"]
                       and not (r["valid_rejected"] or r["invalid_accepted"] or r["walk_errors"]))
         rows.append([
-            f"{name} {info['version']}", f"{len(ok)}/{len(recs)}", fails["unsupported"], fails["timeout"],
+            f"{name} {info['version']}", info["setup_s"], f"{len(ok)}/{len(recs)}", fails["unsupported"], fails["timeout"],
             fails["oom"], fails["crash"], _r(np.mean(ttfm)) if ttfm else None,
             _r(np.median(ttfm)) if ttfm else None,
             _r(pooled.mean()) if pooled.size else None, _r(np.percentile(pooled, 50)) if pooled.size else None,
@@ -98,7 +98,22 @@ def masks_disagreements(records: list[dict], limit: int = 40) -> str:
         if r["status"] != "ok" or wrong or r["late_failure"]:
             what = r["status"] if r["status"] != "ok" else (r["late_failure"] or "")
             rows.append([r["schema"], r["engine"], what, r["valid_rejected"], r["invalid_accepted"],
-                         (r["error"] or "")[:70].replace("|", "/").replace("\n", " ")])
+                         _first_problem(r)])
     rows.sort()
     more = f"\n({len(rows) - limit} more in the JSON lines)" if len(rows) > limit else ""
-    return table(["schema", "engine", "failure", "valid rejected", "invalid accepted", "error"], rows[:limit]) + more
+    return table(["schema", "engine", "failure", "valid rejected", "invalid accepted", "first problem"],
+                 rows[:limit]) + more
+
+
+def _first_problem(r: dict) -> str:
+    if r["error"]:
+        text = r["error"]
+    elif r["failures"]:
+        f = r["failures"][0]
+        verdict = "rejected" if f["valid"] else "accepted"
+        where = f"EOS refused after {f['read']!r}" if f["note"].startswith("EOS") else (
+            f"{f['next']!r} refused after {f['read']!r}" if f["valid"] else f"{f['read']!r}")
+        text = f"{f['description']} ({f['style']}) {verdict}: {where} {f['note'] if f['valid'] else ''}"
+    else:
+        text = r["late_failure"]
+    return text[:110].replace("|", "/").replace("\n", "\\n").strip()
