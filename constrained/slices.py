@@ -9,17 +9,18 @@ vocabulary:
 - the tokens made only of slice characters (`member`, as a ready bitmask);
 - the trie nodes where a prefix first *leaves* the slice language (`exits`).
 
-When a DFA state `q` maps every string of the slice language back to `q`
-(checked on the product of `q` with the slice's tiny automaton), every slice
-token is allowed and leads back to `q` (or, for a token ending inside a
-multi-byte character, to one known state per kind of unfinished character),
-and every trie node above an exit is alive in a known state.  So a visit is
+When, from a DFA state `q`, every slice character leads to one state (up to
+equivalence) and so on character after character (a loop, or a counter such
+as `maxLength` that ends where every character is rejected; see
+`slice_view`), then every slice token is allowed (up to the counter's
+capacity) and its next state is known from its character count and how it
+ends; every trie node above an exit is alive in a known state.  So a visit is
 one bitmask copy plus a walk that starts at the exits, a few thousand nodes
 instead of a few hundred thousand.
 
 Two kinds of slices exist: UTF-8 ones built with the vocabulary (JSON string
-content, regex `.`), and ASCII byte-set ones (`[a-z ]*`, whitespace runs)
-built the first time a state self-loops on that byte set.
+content, regex `.`), and ASCII byte-set ones (`[a-z ]*`, digits) built the
+first time a state loops on that byte set.
 
 Example:
     >>> table = utf8_table(excluded=b'"\\\\' + bytes(range(0x20)))
@@ -29,17 +30,14 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
 
 from constrained.vocab_trie import VocabTrie
 
-__all__ = [
-    "Slice", "UTF8_SLICES", "utf8_table", "byteset_table", "build_slice", "slice_targets",
-    "equivalent", "pack_bits",
-]
+__all__ = ["Slice", "UTF8_SLICES", "utf8_table", "byteset_table", "build_slice", "equivalent", "pack_bits"]
 
 # Slice automaton states: 0 is the start and the only accepting state.  The
 # others count the UTF-8 continuation bytes still owed (with the classic
@@ -55,6 +53,8 @@ UTF8_SLICES: dict[str, bytes] = {
 
 # State pairs explored when proving two DFA states equivalent.
 _MAX_EQUIV_PAIRS = 256
+# Member bitmasks cached per slice (one per counter capacity / excluded first bytes).
+_MAX_CACHED_MASKS = 256
 
 
 def utf8_table(excluded: bytes = b"") -> np.ndarray:
@@ -80,13 +80,9 @@ def utf8_table(excluded: bytes = b"") -> np.ndarray:
 
 
 def byteset_table(mask: int) -> np.ndarray:
-    """int16[2, 256] DFA of non-empty strings over the bytes of `mask` (state 1 accepts).
-
-    Two states, so that a DFA state may enter the loop on its first byte:
-    `[a-z]` then `[a-z]*` is a slice with targets (q, q_loop).
-    """
-    t = np.full((2, 256), -1, dtype=np.int16)
-    t[:, [b for b in range(256) if mask >> b & 1]] = 1
+    """int16[1, 256] one-state DFA of strings over the bytes of `mask` (each byte is a character)."""
+    t = np.full((1, 256), -1, dtype=np.int16)
+    t[0, [b for b in range(256) if mask >> b & 1]] = 0
     return t
 
 
@@ -100,21 +96,32 @@ class Slice:
 
     Attributes:
         name: e.g. "json_string", or "bytes:<hex mask>" for byte-set slices.
-        table: the slice automaton, int16[n_states, 256] (-1: no move).
+        table: the slice automaton, int16[n_states, 256] (-1: no move; 0 is
+            the start and "between characters").
         end: int8[vocab size], slice state after the token; -1 if not a slice token.
+        complete: int16[vocab size], complete characters in the token.
+        started: int16[vocab size], characters the token starts (complete or not).
         member: bool[vocab size], `end >= 0`.
         bitmask: packed int32 mask of the slice tokens.
+        max_started: the largest `started` of a slice token.
         exits: trie nodes whose prefix leaves the slice language at their own
-            byte; `exit_from` is the slice state just before that byte.
+            byte; `exit_from` / `exit_level` are the slice state / complete
+            characters just before that byte, `exit_first` the prefix's first byte.
     """
 
     name: str
     table: np.ndarray
     end: np.ndarray
+    complete: np.ndarray
+    started: np.ndarray
     member: np.ndarray
     bitmask: np.ndarray
+    max_started: int
     exits: np.ndarray
     exit_from: np.ndarray
+    exit_level: np.ndarray
+    exit_first: np.ndarray
+    _masks: dict = field(default_factory=dict, repr=False)
 
     @cached_property
     def moves(self) -> list[list[tuple[int, np.ndarray]]]:
@@ -122,23 +129,50 @@ class Slice:
         return [[(int(b), np.flatnonzero(row == b)) for b in np.unique(row[row >= 0])]
                 for row in self.table]
 
+    def member_bitmask(self, capacity: int, excluded: np.ndarray | None, first: np.ndarray) -> np.ndarray:
+        """Packed mask of slice tokens starting <= `capacity` characters, minus those whose
+        first byte is flagged in `excluded` (bool[256]); `first` is the vocabulary's first bytes."""
+        capacity = min(capacity, self.max_started)
+        key = (capacity, None if excluded is None else excluded.tobytes())
+        mask = self._masks.get(key)
+        if mask is None:
+            if excluded is None and capacity == self.max_started:
+                return self.bitmask
+            flags = self.member & (self.started <= capacity)
+            if excluded is not None:
+                flags &= ~excluded[first]
+            mask = pack_bits(flags, len(self.bitmask))
+            if len(self._masks) >= _MAX_CACHED_MASKS:
+                self._masks.pop(next(iter(self._masks)))
+            self._masks[key] = mask
+        return mask
+
     @property
     def nbytes(self) -> int:
-        arrays = (self.table, self.end, self.member, self.bitmask, self.exits, self.exit_from)
-        return sum(a.nbytes for a in arrays)
+        arrays = (self.table, self.end, self.complete, self.started, self.member, self.bitmask,
+                  self.exits, self.exit_from, self.exit_level, self.exit_first)
+        return sum(a.nbytes for a in arrays) + sum(m.nbytes for m in list(self._masks.values()))
 
 
 def build_slice(name: str, table: np.ndarray, trie: VocabTrie, usable: np.ndarray, n_words: int) -> Slice:
     """Slice tokens (among `usable`) and exit nodes of the language of `table` over `trie`."""
-    inside = trie.node_states(table.astype(np.int32))
-    end = np.full(len(usable), -1, dtype=np.int8)
+    inside, count = trie.node_states(table.astype(np.int32))
+    size = len(usable)
+    end = np.full(size, -1, dtype=np.int8)
+    complete = np.zeros(size, dtype=np.int16)
     end[trie.term_ids] = inside[trie.term_nodes]
+    complete[trie.term_ids] = count[trie.term_nodes]
     end[~usable] = -1
     member = end >= 0
+    started = complete + (end > 0)
     parent = trie.parents
-    before = np.where(parent >= 0, inside[np.maximum(parent, 0)], 0)
+    has_parent = parent >= 0
+    before = np.where(has_parent, inside[np.maximum(parent, 0)], 0)
     exits = np.flatnonzero((inside < 0) & (before >= 0)).astype(np.int32)
-    return Slice(name, table, end, member, pack_bits(member, n_words), exits, before[exits].astype(np.int32))
+    level = np.where(has_parent[exits], count[np.maximum(parent[exits], 0)], 0).astype(np.int32)
+    max_started = int(started[member].max()) if member.any() else 0
+    return Slice(name, table, end, complete, started, member, pack_bits(member, n_words), max_started,
+                 exits, before[exits].astype(np.int32), level, trie.root_byte[exits])
 
 
 def pack_bits(flags: np.ndarray, n_words: int) -> np.ndarray:
@@ -146,36 +180,6 @@ def pack_bits(flags: np.ndarray, n_words: int) -> np.ndarray:
     padded = np.zeros(n_words * 32, dtype=bool)
     padded[: len(flags)] = flags
     return np.packbits(padded, bitorder="little").view("<i4").astype(np.int32, copy=False)
-
-
-def slice_targets(dfa, q: int, sl: Slice) -> np.ndarray | None:
-    """Where slice tokens lead from `q`, per slice end state; None if `q` does not loop on the slice.
-
-    `q` loops on the slice when every string of the slice language leads back
-    to `q`.  We explore the product of `q` with the slice automaton keeping one
-    DFA state per slice state: other DFA states met with the same slice state
-    must be proven equivalent to it (a lazily determinized DFA is not minimal:
-    after the lead bytes E1 and EE, two NFA branches give two equivalent
-    states).  Every byte the slice allows must keep the DFA alive.
-    """
-    reps = np.full(len(sl.table), -1, dtype=np.int32)
-    reps[0] = q
-    todo = [0]
-    while todo:
-        a = todo.pop()
-        row = dfa.transitions(int(reps[a]))      # int32[256], memoized by the DFA
-        for b, byte_ids in sl.moves[a]:
-            targets = row[byte_ids]
-            if targets.min() < 0:
-                return None
-            if reps[b] < 0:
-                reps[b] = targets[0]
-                todo.append(b)
-            if not (targets == reps[b]).all():
-                for other in set(targets.tolist()) - {int(reps[b])}:
-                    if not equivalent(dfa, int(reps[b]), other):
-                        return None
-    return reps
 
 
 def equivalent(dfa, a: int, b: int) -> bool:

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from constrained.errors import IncompatibleVocabularyError
-from constrained.slices import Slice, pack_bits, slice_targets
+from constrained.slice_view import SliceView, slice_view
+from constrained.slices import pack_bits
 from constrained.vocab_index import VocabIndex
 
 if TYPE_CHECKING:
@@ -42,8 +43,9 @@ FINISHED = -3
 # Forced byte strings longer than this are cut (a safety bound, not a limit users meet).
 _MAX_FORCED_BYTES = 4096
 _EMPTY = np.empty(0, dtype=np.int32)
-# A state self-looping on at least this many ASCII bytes uses a byte-set slice.
-_MIN_BYTESET_SLICE = 2
+# A byte-set slice needs at least this many ASCII bytes going to one state
+# (fewer: the plain walk is cheap, and building a new slice costs ~10 ms).
+_MIN_BYTESET_SLICE = 8
 
 
 @dataclass(eq=False)
@@ -51,31 +53,30 @@ class StateMasks:
     """Everything the FSM knows about one DFA state (memoized on first visit).
 
     Attributes:
-        ids: sorted allowed non-EOS ids *not* covered by `slice`.
+        ids: sorted allowed non-EOS ids *not* covered by `view`.
         next: next DFA state of each of `ids`.
-        slice: when set, every token of the slice is also allowed; token t
-            leads to `slice_next[slice.end[t]]` (this same state when t ends
-            on a character boundary).
+        view: when set, the slice tokens it allows are allowed too, with
+            next states it knows (see `slice_view`).
         accepting: the text so far is a complete match (EOS allowed).
         bitmask: packed int32 mask of every allowed id, EOS included.
     """
 
     ids: np.ndarray
     next: np.ndarray
-    slice: Slice | None
+    view: SliceView | None
     accepting: bool
     bitmask: np.ndarray
-    slice_next: np.ndarray | None = None
     allowed: np.ndarray | None = None     # full sorted id list, built on demand
     forced: tuple[int, ...] | None = None
 
     @property
     def can_continue(self) -> bool:
-        return self.slice is not None or len(self.ids) > 0
+        return len(self.ids) > 0 or (self.view is not None and bool(self.view.bitmask().any()))
 
     @property
     def nbytes(self) -> int:
         n = self.ids.nbytes + self.next.nbytes + self.bitmask.nbytes
+        n += self.view.nbytes if self.view is not None else 0
         return n + (self.allowed.nbytes if self.allowed is not None else 0)
 
 
@@ -102,6 +103,7 @@ class TokenFSM:
         self.initial = int(dfa.initial)
         self._use_slices = use_slices
         self._memo: dict[int, StateMasks] = {}
+        self._steps: dict = {}                    # per-state slice character steps (see slice_view)
         self._lock = threading.RLock()
         self._finished = StateMasks(_EMPTY, _EMPTY, None, True, self.index.eos_bitmask,
                                     allowed=self.index.eos_ids, forced=())
@@ -140,8 +142,8 @@ class TokenFSM:
             return -1
         if token_id in self.index.eos_set:
             return FINISHED
-        if m.slice is not None and m.slice.member[token_id]:
-            return int(m.slice_next[m.slice.end[token_id]])
+        if m.view is not None and m.view.allows(token_id):
+            return m.view.next_state(token_id)
         i = int(np.searchsorted(m.ids, token_id))
         return int(m.next[i])
 
@@ -178,49 +180,53 @@ class TokenFSM:
                               allowed=_EMPTY, forced=())
         dfa.expand(np.array([state], dtype=np.int32))
         accepting = bool(dfa.is_accepting(state))
-        sl, targets = self._find_slice(state)
+        view = self._find_view(state)
         walk_args = (dfa.byte_class, lambda: dfa.table, dfa.expand)
         trie = self.index.trie
-        if sl is None:
+        if view is None:
             ids, nxt = trie.walk(state, *walk_args)
         else:
-            # nodes above the exits are inside the slice, in known states: start at the exits
-            dfa.expand(targets)
-            starts = trie.step(targets[sl.exit_from], sl.exits, *walk_args)
-            ids, nxt = trie.walk_from(sl.exits, starts, *walk_args)
+            # nodes above the exits are inside the slice, in known states: start at the exits;
+            # tokens starting with an excluded byte are walked from their root
+            nodes, before = view.exit_frontier()
+            dfa.expand(np.unique(before))
+            starts = trie.step(before, nodes, *walk_args)
+            if view.excluded is not None:
+                roots = trie.root_of_byte[np.flatnonzero(view.excluded)]
+                roots = roots[roots >= 0]
+                nodes = np.concatenate((nodes, roots))
+                starts = np.concatenate((starts, dfa.transitions(state)[trie.byte[roots]]))
+            ids, nxt = trie.walk_from(nodes, starts, *walk_args)
         ids, nxt = self._sort(ids, nxt)
         flags = np.zeros(self.index.size, dtype=bool)
         flags[ids] = True
         bitmask = pack_bits(flags, self.index.n_words)
-        if sl is not None:
-            bitmask |= sl.bitmask
+        if view is not None:
+            bitmask |= view.bitmask()
         if accepting:
             bitmask |= self.index.eos_bitmask
-        return StateMasks(ids, nxt.astype(np.int32, copy=False), sl, accepting, bitmask, targets)
+        return StateMasks(ids, nxt.astype(np.int32, copy=False), view, accepting, bitmask)
 
-    def _find_slice(self, state: int) -> tuple[Slice | None, np.ndarray | None]:
-        """The largest slice `state` loops on, with where its tokens lead."""
+    def _find_view(self, state: int) -> SliceView | None:
+        """The first slice `state` follows regularly (UTF-8 slices, then its ASCII byte set)."""
         if not self._use_slices:
-            return None, None
+            return None
+        first = self.index.first_byte
         for sl in self.index.slices:
-            targets = slice_targets(self.dfa, state, sl)
-            if targets is not None:
-                return sl, targets
-        # ASCII bytes leading to one state that loops on them all, e.g. `[a-z ]*`,
-        # `[0-9]+` or a whitespace run: a byte-set slice with targets (state, loop)
+            view = slice_view(self.dfa, state, sl, self._steps, first)
+            if view is not None:
+                return view
+        # the ASCII bytes leading to the most common next state, e.g. `[a-z]` in `[a-z]+`
         row = self.dfa.transitions(state)[:128]
         live = row[row >= 0]
         if len(live) < _MIN_BYTESET_SLICE:
-            return None, None
-        loop = state
-        if (live == state).sum() < _MIN_BYTESET_SLICE:
-            values, counts = np.unique(live, return_counts=True)
-            loop = int(values[counts.argmax()])
-        inner = np.flatnonzero((row == loop) & (self.dfa.transitions(loop)[:128] == loop))
-        if len(inner) < _MIN_BYTESET_SLICE:
-            return None, None
+            return None
+        values, counts = np.unique(live, return_counts=True)
+        if counts.max() < _MIN_BYTESET_SLICE:
+            return None
+        inner = np.flatnonzero(row == values[counts.argmax()])
         mask = sum(1 << b for b in inner.tolist())
-        return self.index.byteset_slice(mask), np.array([state, loop], dtype=np.int32)
+        return slice_view(self.dfa, state, self.index.byteset_slice(mask), self._steps, first)
 
     def _sort(self, ids: np.ndarray, nxt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # Large sets: scatter into a dense row (O(vocab)) beats an O(n log n) sort.
@@ -233,7 +239,7 @@ class TokenFSM:
         return sorted_ids, dense[sorted_ids]
 
     def _materialize(self, m: StateMasks) -> np.ndarray:
-        if m.slice is None:
+        if m.view is None:
             eos = self.index.eos_ids if m.accepting else _EMPTY
             return np.union1d(m.ids, eos).astype(np.int32) if len(eos) else m.ids
         bits = np.unpackbits(m.bitmask.view(np.uint8), bitorder="little")[: self.index.size]

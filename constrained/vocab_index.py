@@ -70,6 +70,8 @@ class VocabIndex:
         self._byteset_slices: "OrderedDict[int, Slice]" = OrderedDict()
         self._slice_lock = threading.Lock()
         self.first_bytes = frozenset(self.trie.byte[: self.trie.n_roots].tolist())
+        # each token's first byte (0 for unusable ones), to exclude tokens by how they start
+        self.first_byte = np.array([b[0] if b else 0 for b in self.token_bytes], dtype=np.uint8)
 
     @property
     def nbytes(self) -> int:

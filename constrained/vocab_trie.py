@@ -180,15 +180,38 @@ class VocabTrie:
         """int32[len(term_ids)]: the node each entry of `term_ids` ends at."""
         return np.repeat(np.arange(self.n_nodes, dtype=np.int32), self.term_hi - self.term_lo)
 
-    def node_states(self, table: np.ndarray, start: int = 0) -> np.ndarray:
-        """int32[n_nodes]: state of a small total automaton (`table[state, byte]`) after each node's prefix."""
+    def node_states(self, table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Run a small automaton (`table[state, byte]`, start 0) down the trie.
+
+        Returns int32[n_nodes] states after each node's prefix (-1: rejected)
+        and int16[n_nodes] counts of the times the prefix entered state 0
+        (for a UTF-8 slice automaton: the complete characters in the prefix).
+        """
         parent = self.parents
         out = np.full(self.n_nodes, -1, dtype=np.int32)
-        out[: self.n_roots] = table[start, self.byte[: self.n_roots]]
+        count = np.zeros(self.n_nodes, dtype=np.int16)
+        out[: self.n_roots] = table[0, self.byte[: self.n_roots]]
+        count[: self.n_roots] = out[: self.n_roots] == 0
         for lo, hi in zip(self.level_lo[1:-1].tolist(), self.level_lo[2:].tolist()):
             ps = out[parent[lo:hi]]
             out[lo:hi] = np.where(ps >= 0, table[np.maximum(ps, 0), self.byte[lo:hi]], -1)
-            lo = hi
+            count[lo:hi] = count[parent[lo:hi]] + (out[lo:hi] == 0)
+        return out, count
+
+    @cached_property
+    def root_byte(self) -> np.ndarray:
+        """uint8[n_nodes]: first byte of each node's prefix."""
+        out = self.byte.copy()
+        parent = self.parents
+        for lo, hi in zip(self.level_lo[1:-1].tolist(), self.level_lo[2:].tolist()):
+            out[lo:hi] = out[parent[lo:hi]]
+        return out
+
+    @cached_property
+    def root_of_byte(self) -> np.ndarray:
+        """int32[256]: the root node spelling each byte, -1 if none."""
+        out = np.full(256, -1, dtype=np.int32)
+        out[self.byte[: self.n_roots]] = np.arange(self.n_roots, dtype=np.int32)
         return out
 
     @cached_property
