@@ -15,6 +15,8 @@ Example:
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
@@ -27,7 +29,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from constrained.token_fsm import TokenFSM
     from constrained.vocab import Vocabulary
 
-__all__ = ["ConstraintCursor", "mlx_processor", "MLXLogitsProcessor", "hf_logits_processor"]
+__all__ = [
+    "ConstraintCursor",
+    "MLXLogitsProcessor",
+    "apply_mlx_bitmask",
+    "apply_torch_bitmask",
+    "hf_logits_processor",
+    "mlx_processor",
+    "vocabulary_for",
+]
 
 
 class ConstraintCursor:
@@ -44,6 +54,11 @@ class ConstraintCursor:
         self.prompt_len: int | None = None
         self.consumed = 0
         self.failed = False  # a token was appended that the constraint forbids
+
+    def reset(self) -> None:
+        """Forget the sequence: the next `sync` starts a new generation (a new prompt)."""
+        self.guide = self.fsm.guide()
+        self.prompt_len, self.consumed, self.failed = None, 0, False
 
     def sync(self, length: int, tail: Any) -> None:
         """Bring the guide up to a sequence of `length` ids.
@@ -83,17 +98,50 @@ def _set_bits(buf: np.ndarray, ids: Sequence[int]) -> None:
         view[i >> 5] |= np.uint32(1 << (i & 31))
 
 
-def _fsm_for(constraint: Any, tokenizer_or_vocab: Any, regex: bool) -> TokenFSM:
-    from constrained.compile import compile_json_schema, compile_regex
+_VOCABS: "OrderedDict[int, tuple[Any, Vocabulary]]" = OrderedDict()
+_VOCABS_LOCK = threading.Lock()
+
+
+def vocabulary_for(tokenizer: Any) -> Vocabulary:
+    """The `Vocabulary` of `tokenizer` (or `tokenizer` itself if it is one), built once per tokenizer object.
+
+    Building a 128k-token vocabulary takes a noticeable fraction of a second,
+    so processors made one per request must not rebuild it. The cache holds
+    the last few tokenizers (keyed by identity; the entry keeps the object
+    alive so its id cannot be reused).
+
+    Example:
+        >>> v = vocabulary_for(tokenizer)  # doctest: +SKIP
+        >>> v is vocabulary_for(tokenizer)  # doctest: +SKIP
+        True
+    """
     from constrained.vocab import Vocabulary
 
-    if isinstance(tokenizer_or_vocab, Vocabulary):
-        vocab = tokenizer_or_vocab
-    else:
-        vocab = Vocabulary.from_tokenizer(tokenizer_or_vocab)
+    if isinstance(tokenizer, Vocabulary):
+        return tokenizer
+    with _VOCABS_LOCK:
+        hit = _VOCABS.get(id(tokenizer))
+        if hit is not None and hit[0] is tokenizer:
+            _VOCABS.move_to_end(id(tokenizer))
+            return hit[1]
+    vocab = Vocabulary.from_tokenizer(tokenizer)
+    with _VOCABS_LOCK:
+        _VOCABS[id(tokenizer)] = (tokenizer, vocab)
+        while len(_VOCABS) > 8:
+            _VOCABS.popitem(last=False)
+    return vocab
+
+
+def _fsm_for(constraint: Any, tokenizer_or_vocab: Any, regex: bool, options: dict[str, Any]) -> TokenFSM:
+    from constrained.compile import compile_json_schema, compile_regex
+    from constrained.token_fsm import TokenFSM
+
+    if isinstance(constraint, TokenFSM):
+        return constraint
+    vocab = vocabulary_for(tokenizer_or_vocab)
     if regex:
-        return compile_regex(constraint, vocab)
-    return compile_json_schema(constraint, vocab)
+        return compile_regex(constraint, vocab, **options)
+    return compile_json_schema(constraint, vocab, **options)
 
 
 # ---------------------------------------------------------------------------
@@ -143,7 +191,7 @@ def apply_mlx_bitmask(logits: mx.array, packed: mx.array) -> mx.array:
     return mx.where(allowed, logits, mx.array(-mx.inf, dtype=logits.dtype))
 
 
-def mlx_processor(constraint: Any, tokenizer: Any, *, regex: bool = False) -> MLXLogitsProcessor:
+def mlx_processor(constraint: Any, tokenizer: Any, *, regex: bool = False, **compile_options: Any) -> MLXLogitsProcessor:
     """Build an mlx-lm logits processor for a JSON schema (default) or a regex.
 
     Args:
@@ -151,64 +199,75 @@ def mlx_processor(constraint: Any, tokenizer: Any, *, regex: bool = False) -> ML
             pattern when `regex=True`, or an already compiled `TokenFSM`.
         tokenizer: the mlx-lm `TokenizerWrapper`, a HF tokenizer or a `Vocabulary`.
         regex: treat `constraint` as a regex pattern.
+        **compile_options: passed to the compiler (``whitespace=``, ``strict=``, ...).
 
     Example:
         >>> proc = mlx_processor(r"[0-9]{3}", tokenizer, regex=True)  # doctest: +SKIP
         >>> mlx_lm.generate(model, tokenizer, "Digits:", logits_processors=[proc])  # doctest: +SKIP
     """
-    from constrained.token_fsm import TokenFSM
-
-    fsm = constraint if isinstance(constraint, TokenFSM) else _fsm_for(constraint, tokenizer, regex)
-    return MLXLogitsProcessor(fsm)
+    return MLXLogitsProcessor(_fsm_for(constraint, tokenizer, regex, compile_options))
 
 
 # ---------------------------------------------------------------------------
 # Hugging Face transformers
 
 
-def hf_logits_processor(constraints: Sequence[Any] | Any, tokenizer: Any, *, regex: bool = False) -> Any:
+def hf_logits_processor(constraints: Sequence[Any] | Any, tokenizer: Any, *, regex: bool = False, **compile_options: Any) -> Any:
     """A `transformers.LogitsProcessor` whose batch rows each follow their own constraint.
 
     Args:
-        constraints: one constraint for every row, or a list with one per row
-            (schemas, patterns with `regex=True`, or compiled `TokenFSM`s).
-            With `num_return_sequences=k`, give the constraint of each
-            expanded row (or a single constraint for all).
+        constraints: one constraint for every row, or a list with one per
+            prompt (schemas, patterns with `regex=True`, or compiled
+            `TokenFSM`s). When generation expands each prompt into ``k`` rows
+            (``num_return_sequences=k`` or beams), rows ``i*k .. i*k+k-1``
+            follow ``constraints[i]``, matching transformers' layout.
         tokenizer: the HF tokenizer or a `Vocabulary`.
+        regex: treat string constraints as regex patterns.
+        **compile_options: passed to the compiler.
+
+    Raises:
+        ValueError: at the first call, when the batch size is not a multiple
+            of the number of constraints.
 
     Example:
-        >>> proc = hf_logits_processor(schema, tok)                    # doctest: +SKIP
+        >>> proc = hf_logits_processor([schema_a, schema_b], tok)                    # doctest: +SKIP
         >>> model.generate(**inputs, logits_processor=LogitsProcessorList([proc]))  # doctest: +SKIP
     """
-    import torch
     from transformers import LogitsProcessor
 
-    from constrained.token_fsm import TokenFSM
+    items = list(constraints) if isinstance(constraints, (list, tuple)) else [constraints]
+    if not items:
+        raise ValueError("hf_logits_processor needs at least one constraint, got []")
+    fsms = [_fsm_for(c, tokenizer, regex, compile_options) for c in items]
 
-    def to_fsm(c: Any) -> TokenFSM:
-        return c if isinstance(c, TokenFSM) else _fsm_for(c, tokenizer, regex)
+    class HFConstraintProcessor(LogitsProcessor):
+        """Masks each row to its constraint's allowed tokens (EOS only once done)."""
 
-    single = not isinstance(constraints, (list, tuple))
-    fsms = [to_fsm(constraints)] if single else [to_fsm(c) for c in constraints]
-
-    class _Processor(LogitsProcessor):
         def __init__(self) -> None:
             self.cursors: list[ConstraintCursor] = []
+            self.words = (fsms[0].vocab.size + 31) // 32
 
-        def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        def __call__(self, input_ids: Any, scores: Any) -> Any:
+            import torch
+
             rows, length = input_ids.shape
             if len(self.cursors) != rows:
-                if not single and len(fsms) != rows:
-                    raise ValueError(f"got {len(fsms)} constraints for a batch of {rows} rows")
-                self.cursors = [ConstraintCursor(fsms[0] if single else fsms[r]) for r in range(rows)]
-            words = (fsms[0].vocab.size + 31) // 32
-            packed = np.empty((rows, words), dtype=np.int32)
+                self.cursors = [ConstraintCursor(f) for f in _expand(fsms, rows)]
+            packed = np.empty((rows, self.words), dtype=np.int32)
             for r, cursor in enumerate(self.cursors):
                 cursor.sync(length, lambda start, r=r: input_ids[r, start:].tolist())
-                packed[r] = cursor.bitmask(words)
+                packed[r] = cursor.bitmask(self.words)
             return apply_torch_bitmask(scores, torch.from_numpy(packed))
 
-    return _Processor()
+    return HFConstraintProcessor()
+
+
+def _expand(fsms: list[Any], rows: int) -> list[Any]:
+    """One FSM per batch row: each constraint repeated for its prompt's consecutive rows."""
+    if rows % len(fsms):
+        raise ValueError(f"got {len(fsms)} constraints for a batch of {rows} rows; rows must be a multiple of them")
+    k = rows // len(fsms)
+    return [fsms[r // k] for r in range(rows)]
 
 
 def apply_torch_bitmask(scores: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,436 @@
+"""Constrained generation end to end: `generate`, `agenerate`, `generate_batch`.
+
+A request (prompt + JSON schema or regex + sampling settings) is compiled
+into a `TokenFSM` over the model's `Vocabulary`; each of its `n` samples
+becomes a row of the batched decode loop (`constrained.decoding`). All rows
+of all requests decode together, so one model call per step serves every
+sample of every prompt, and the backend's token trie shares prompt prefills
+between samples and between requests.
+
+Results are `Generation`s. A truncated output is never reported as valid:
+status "max_tokens" comes with ``value=None``.
+
+Example:
+    >>> gens = generate("path/to/model", "A person:", schema={"type": "integer"}, n=2, seed=0)  # doctest: +SKIP
+    >>> [g.status for g in gens], isinstance(gens[0].value, int)  # doctest: +SKIP
+    (['complete', 'complete'], True)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+import time
+import weakref
+from collections.abc import Coroutine, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+import numpy as np
+
+from constrained.decoding import Row, decode
+
+if TYPE_CHECKING:
+    from backends.base import AsyncLM
+    from constrained.token_fsm import TokenFSM
+    from constrained.vocab import Vocabulary
+
+__all__ = [
+    "Generation",
+    "GenerationRequest",
+    "agenerate",
+    "agenerate_batch",
+    "generate",
+    "generate_batch",
+    "model_vocabulary",
+    "resolve_model",
+]
+
+Status = Literal["complete", "max_tokens", "error"]
+T = TypeVar("T")
+
+
+@dataclass
+class Generation:
+    """One sample.
+
+    Attributes:
+        text: the generated text (what the constraint saw, byte for byte).
+        token_ids: generated token ids, EOS excluded.
+        value: the parsed result when status is "complete": the JSON value
+            (a pydantic instance when the schema was a pydantic class), or
+            the text for a regex / unconstrained request; None otherwise.
+        status: "complete" (ended by EOS, or nothing but EOS could follow),
+            "max_tokens" (cut off: the text is NOT a valid result), or "error".
+        error: what went wrong, for status "error".
+        compile_ms: time spent compiling the request's constraint.
+        forced_tokens: how many of `token_ids` were appended without sampling.
+
+    Example:
+        >>> Generation(text="7", token_ids=[22], value=7).to_dict()["value"]
+        7
+    """
+
+    text: str
+    token_ids: list[int]
+    value: Any = None
+    status: Status = "complete"
+    error: str | None = None
+    compile_ms: float = 0.0
+    forced_tokens: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """True when the output is complete and valid."""
+        return self.status == "complete"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serializable dict (pydantic values dumped in JSON mode)."""
+        value = self.value
+        if hasattr(value, "model_dump"):
+            value = value.model_dump(mode="json")
+        return {
+            "text": self.text, "value": value, "status": self.status, "error": self.error,
+            "token_ids": list(self.token_ids), "compile_ms": round(self.compile_ms, 3),
+        }
+
+
+@dataclass
+class GenerationRequest:
+    """One prompt with its own constraint and sampling settings.
+
+    Attributes:
+        prompt: text (the chat template is applied when `chat`) or token ids.
+        schema: JSON schema (dict, JSON string or pydantic class); exclusive with `regex`.
+        regex: a pattern the whole output must match.
+        max_tokens: most generated tokens per sample (EOS not counted).
+        temperature: 0 = greedy; otherwise logits are divided by it.
+        top_p: nucleus sampling mass in (0, 1].
+        seed: sample ``j`` draws from ``numpy.random.default_rng([seed, j])``.
+        n: samples for this prompt.
+        chat: wrap the text prompt in the tokenizer's chat template.
+        options: compile options (``strict``, ``whitespace``, ... for schemas).
+
+    Example:
+        >>> GenerationRequest("Digits:", regex="[0-9]+", n=2).n
+        2
+    """
+
+    prompt: str | Sequence[int]
+    schema: Any = None
+    regex: str | None = None
+    max_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    n: int = 1
+    chat: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def check(self) -> None:
+        """Raise ValueError (quoting the bad value) for settings out of range."""
+        for name in ("max_tokens", "n"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"`{name}` must be a positive integer, got {v!r}")
+        t = self.temperature
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not t >= 0 or t == float("inf"):
+            raise ValueError(f"`temperature` must be a finite number >= 0, got {t!r}")
+        p = self.top_p
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
+            raise ValueError(f"`top_p` must be in (0, 1], got {p!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0):
+            raise ValueError(f"`seed` must be a non-negative integer or None, got {self.seed!r}")
+        if self.schema is not None and self.regex is not None:
+            raise ValueError("give either `schema` or `regex`, not both")
+
+
+# ---------------------------------------------------------------------------- public API
+
+
+def generate(
+    model: AsyncLM | str | os.PathLike[str],
+    prompt: str | Sequence[int],
+    *,
+    schema: Any = None,
+    regex: str | None = None,
+    max_tokens: int = 256,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+    n: int = 1,
+    chat: bool = False,
+    backend: str = "mlx",
+    **compile_options: Any,
+) -> list[Generation]:
+    """Generate `n` samples for `prompt`, each matching `schema` or `regex` (or free text).
+
+    Args:
+        model: an `AsyncLM`, or a local model directory loaded (once, then
+            cached) with `backends.base.load_model_by_name(model, backend)`.
+        prompt: text or token ids.
+        schema, regex: the constraint (at most one; neither = unconstrained).
+        max_tokens, temperature, top_p, seed, n, chat: see `GenerationRequest`.
+        backend: "mlx" or "hf", when `model` is a path.
+        **compile_options: passed to the schema / regex compiler.
+
+    Returns:
+        `n` `Generation`s.
+
+    Raises:
+        ConstraintError: the schema or regex is invalid or unsupported.
+        ValueError: a setting is out of range, or the prompt is unusable.
+
+    Example:
+        >>> [g.text for g in generate(lm, "Pick:", regex="(yes|no)", n=2, seed=1)]  # doctest: +SKIP
+        ['no', 'yes']
+    """
+    coro = agenerate(model, prompt, schema=schema, regex=regex, max_tokens=max_tokens, temperature=temperature,
+                     top_p=top_p, seed=seed, n=n, chat=chat, backend=backend, **compile_options)
+    return _run_sync(coro)
+
+
+async def agenerate(
+    model: AsyncLM | str | os.PathLike[str],
+    prompt: str | Sequence[int],
+    *,
+    schema: Any = None,
+    regex: str | None = None,
+    max_tokens: int = 256,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+    n: int = 1,
+    chat: bool = False,
+    backend: str = "mlx",
+    **compile_options: Any,
+) -> list[Generation]:
+    """Async `generate`: concurrent calls share the backend (and its cache).
+
+    Example:
+        >>> gens = await agenerate(lm, "Age:", schema={"type": "integer"})  # doctest: +SKIP
+    """
+    lm = await asyncio.to_thread(resolve_model, model, backend)
+    request = GenerationRequest(prompt, schema, regex, max_tokens, temperature, top_p, seed, n, chat, compile_options)
+    job = _prepare(lm, request)
+    if job.exception is not None:
+        raise job.exception
+    await decode(lm, job.rows)
+    return job.results()
+
+
+def generate_batch(
+    model: AsyncLM | str | os.PathLike[str],
+    requests: Sequence[GenerationRequest],
+    *,
+    backend: str = "mlx",
+    progress: bool = False,
+) -> list[list[Generation]]:
+    """Run many requests, each with its own constraint, decoding all their samples together.
+
+    A request that fails (bad schema, unusable prompt, backend error) gets
+    status "error" results with the message; the others are unaffected.
+
+    Args:
+        model: an `AsyncLM` or a model directory (see `generate`).
+        requests: the requests.
+        backend: "mlx" or "hf", when `model` is a path.
+        progress: show a tqdm progress bar (on stderr) over all samples.
+
+    Returns:
+        One list of `request.n` `Generation`s per request, in order.
+
+    Example:
+        >>> reqs = [GenerationRequest("A:", regex="[ab]"), GenerationRequest("B:", schema={"type": "null"})]  # doctest: +SKIP
+        >>> [[g.text for g in r] for r in generate_batch(lm, reqs)]  # doctest: +SKIP
+        [['a'], ['null']]
+    """
+    return _run_sync(agenerate_batch(model, requests, backend=backend, progress=progress))
+
+
+async def agenerate_batch(
+    model: AsyncLM | str | os.PathLike[str],
+    requests: Sequence[GenerationRequest],
+    *,
+    backend: str = "mlx",
+    progress: bool = False,
+) -> list[list[Generation]]:
+    """Async `generate_batch`."""
+    lm = await asyncio.to_thread(resolve_model, model, backend)
+    jobs = [_prepare(lm, r) for r in requests]
+    rows = [row for job in jobs for row in job.rows]
+    bar = _progress_bar(len(rows)) if progress else None
+    try:
+        await decode(lm, rows, on_done=None if bar is None else (lambda _row: bar.update(1)))
+    finally:
+        if bar is not None:
+            bar.close()
+    return [job.results() for job in jobs]
+
+
+# ---------------------------------------------------------------------------- models and vocabularies
+
+_models: dict[tuple[str, str], AsyncLM] = {}
+_models_lock = threading.Lock()
+_vocabs: weakref.WeakKeyDictionary[Any, Vocabulary] = weakref.WeakKeyDictionary()
+
+
+def resolve_model(model: AsyncLM | str | os.PathLike[str], backend: str = "mlx") -> AsyncLM:
+    """`model` itself if it is an `AsyncLM`, else the (cached) backend loaded from that directory.
+
+    Raises:
+        FileNotFoundError: no such model directory.
+        BackendUnavailableError: the backend's framework is not installed.
+
+    Example:
+        >>> lm = resolve_model("path/to/model", "hf")  # doctest: +SKIP
+    """
+    from backends.base import AsyncLM, load_model_by_name
+
+    if isinstance(model, AsyncLM):
+        model.ensure_loaded()
+        return model
+    key = (os.fspath(model), backend)
+    with _models_lock:
+        lm = _models.get(key)
+        if lm is None:
+            lm = load_model_by_name(key[0], backend=backend)
+            lm.ensure_loaded()  # raise the load failure here, not at the first step
+            _models[key] = lm
+    return lm
+
+
+def model_vocabulary(lm: AsyncLM) -> Vocabulary:
+    """The `Vocabulary` of `lm` (built once per backend object), sized to its logits.
+
+    Example:
+        >>> model_vocabulary(lm).size == lm.vocab_size  # doctest: +SKIP
+        True
+    """
+    vocab = _vocabs.get(lm)
+    if vocab is None:
+        from constrained.vocab import Vocabulary
+
+        eos = lm.eos_token_ids or None
+        vocab = _vocabs[lm] = Vocabulary.from_tokenizer(lm.tokenizer, eos_token_ids=eos, size=lm.vocab_size)
+    return vocab
+
+
+# ---------------------------------------------------------------------------- requests -> rows -> results
+
+
+@dataclass
+class _Job:
+    """A request after compilation: its rows, or the exception that stopped it."""
+
+    request: GenerationRequest
+    vocab: Vocabulary | None
+    rows: list[Row]
+    compile_ms: float = 0.0
+    exception: Exception | None = None
+
+    def results(self) -> list[Generation]:
+        if self.exception is not None:
+            msg = f"{type(self.exception).__name__}: {self.exception}"
+            return [Generation("", [], status="error", error=msg) for _ in range(self.request.n)]
+        return [self._result(row) for row in self.rows]
+
+    def _result(self, row: Row) -> Generation:
+        text = self.vocab.decode(row.tokens).decode("utf-8", errors="replace") if self.vocab else ""
+        gen = Generation(text, list(row.tokens), None, row.status or "error", row.error, self.compile_ms, row.forced)
+        if gen.status == "complete":
+            try:
+                gen.value = _parse(self.request, text)
+            except Exception as e:  # e.g. a pydantic validator the schema could not express
+                gen.status, gen.error = "error", f"output does not parse: {type(e).__name__}: {e}"
+        return gen
+
+
+def _prepare(lm: AsyncLM, request: GenerationRequest) -> _Job:
+    """Validate and compile `request`; build one row per sample. Never raises."""
+    job = _Job(request, None, [])
+    try:
+        request.check()
+        job.vocab = vocab = model_vocabulary(lm)
+        prompt = _prompt_ids(lm, request)
+        started = time.perf_counter()
+        fsm = _compile(request, vocab)
+        job.compile_ms = (time.perf_counter() - started) * 1000
+    except Exception as e:  # reported per request; `agenerate` re-raises it
+        job.exception = e
+        return job
+    eos = frozenset(vocab.eos_token_ids)
+    for j in range(request.n):
+        rng = np.random.default_rng(None if request.seed is None else [int(request.seed), j])
+        guide = None if fsm is None else fsm.guide()
+        job.rows.append(Row(prompt, guide, eos, int(request.max_tokens), float(request.temperature),
+                            float(request.top_p), rng))
+    return job
+
+
+def _compile(request: GenerationRequest, vocab: Vocabulary) -> TokenFSM | None:
+    from constrained.compile import compile_json_schema, compile_regex
+
+    if request.regex is not None:
+        return compile_regex(request.regex, vocab, **request.options)
+    if request.schema is not None:
+        return compile_json_schema(request.schema, vocab, **request.options)
+    if request.options:
+        raise ValueError(f"compile options {sorted(request.options)} given without a schema or regex")
+    return None
+
+
+def _prompt_ids(lm: AsyncLM, request: GenerationRequest) -> tuple[int, ...]:
+    prompt = request.prompt
+    if isinstance(prompt, str):
+        tok = lm.tokenizer
+        if request.chat:
+            if not getattr(tok, "chat_template", None):
+                raise ValueError("chat=True, but the tokenizer has no chat template")
+            text = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False)
+            ids = tok.encode(text, add_special_tokens=False)
+        else:
+            ids = tok.encode(prompt)
+    else:
+        if request.chat:
+            raise ValueError("chat=True needs a text prompt, got token ids")
+        ids = list(prompt)
+    if not ids:
+        raise ValueError("the prompt encodes to no tokens; give a non-empty prompt")
+    bad = [t for t in ids if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= t < lm.vocab_size]
+    if bad:
+        raise ValueError(f"prompt token ids must be integers in [0, {lm.vocab_size}), got {bad[:5]}")
+    return tuple(int(t) for t in ids)
+
+
+def _parse(request: GenerationRequest, text: str) -> Any:
+    schema = request.schema
+    if schema is None:
+        return text
+    if isinstance(schema, type) and hasattr(schema, "model_validate_json"):
+        return schema.model_validate_json(text)
+    return json.loads(text)
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run `coro` to completion, also from code already inside an event loop (notebooks)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+def _progress_bar(total: int) -> Any:
+    try:
+        from tqdm import tqdm
+    except ImportError:  # progress is a nicety, not a dependency
+        return None
+    return tqdm(total=total, unit="sample", desc="generating", dynamic_ncols=True)
