@@ -16,10 +16,12 @@ Example:
 
 from __future__ import annotations
 
+import faulthandler
 import multiprocessing
 import os
 import resource
 import signal
+import sys
 import tempfile
 import time
 import traceback
@@ -111,6 +113,7 @@ def _failure(messages: list[dict], exitcode: int | None, stderr_tail: str, wall:
 
 def _child(writer: Any, target: Callable[..., None], args: tuple, mem_limit: int, err_fd: int) -> None:
     os.dup2(err_fd, 2)                         # keep native crash messages for the parent
+    faulthandler.enable(sys.stderr)            # and Python's stack on a fatal signal (not the parent's stderr)
     _limit_memory(mem_limit)
     send = writer.send
     try:
