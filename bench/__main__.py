@@ -70,7 +70,8 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8])
     d.add_argument("--max-tokens", type=int, default=64)
     d.add_argument("--reps", type=int, default=3)
-    d.add_argument("--peers", action="store_true", help="also xgrammar/llguidance/outlines-core processors on HF")
+    d.add_argument("--no-peers", dest="peers", action="store_false",
+                   help="skip llguidance/xgrammar/outlines-core (run by default when installed)")
     d.add_argument("--jsonl")
     d.set_defaults(run=_run_decode)
 

@@ -3,9 +3,11 @@
 The model's own generation loop runs greedily (mlx-lm `generate_step` for
 batch 1 and `BatchGenerator` for larger batches; transformers `generate`),
 once without a logits processor and once with ours (`mlx_processor` /
-`hf_logits_processor`). With ``--peers``, llguidance, xgrammar and
-outlines-core run in the same loop through a small processor around their
-matchers (the `bench.engines` adapters), masks applied by the same code as ours.
+`hf_logits_processor`). llguidance, xgrammar and outlines-core (when
+installed; ``--no-peers`` to skip) run in the same loop through a small
+processor around their matchers (the `bench.engines` adapters), masks applied
+by the same code as ours. ``generate:*`` rows time our own decoding loop,
+`constrained.generate_batch` over the `AsyncLM` backends, with and without the schema.
 
 On the default tiny random model (64-wide, 128k vocabulary) a forward pass
 costs about as much as a mask, so the ratio shows the constraint's per-token
@@ -24,11 +26,16 @@ from typing import Any, Callable
 
 import numpy as np
 
-from bench.api_shapes import SHAPES
-
 __all__ = ["run_decode", "SCHEMA"]
 
-SCHEMA = next(s["schema"] for s in SHAPES if s["name"] == "api_tool_call_weather")
+# Bounded output (enums, bounded numbers, a short string) so that even a random model ends its document.
+SCHEMA = {"type": "object", "properties": {
+    "name": {"enum": ["get_weather", "web_search"]},
+    "arguments": {"type": "object", "properties": {
+        "city": {"type": "string", "maxLength": 8}, "unit": {"enum": ["celsius", "fahrenheit"]},
+        "days": {"type": "integer", "minimum": 1, "maximum": 14}, "alerts": {"type": "boolean"}},
+        "required": ["city", "unit", "days", "alerts"], "additionalProperties": False}},
+    "required": ["name", "arguments"], "additionalProperties": False}
 PROMPTS = [f"Request {i}: what is the weather in city number {i}? Answer with a tool call as JSON:" for i in range(8)]
 
 
@@ -174,6 +181,30 @@ def _load(backend: str, model_dir: str) -> Any:
     return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
 
 
+def _run_generate(lm: Any, prompts: list[list[int]], max_tokens: int, constrained: bool) -> list[list[int]]:
+    """Our own decoding loop (`constrained.generate_batch` over the `AsyncLM` backend), greedy."""
+    from constrained.generate import GenerationRequest, generate_batch
+
+    lm.clear_cache()                              # no prefix reuse across repetitions
+    reqs = [GenerationRequest(p, schema=SCHEMA if constrained else None, max_tokens=max_tokens, temperature=0)
+            for p in prompts]
+    return [r[0].token_ids for r in generate_batch(lm, reqs)]
+
+
+def _has_generate() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("constrained.generate") is not None
+
+
+def _load_lm(backend: str, model_dir: str) -> Any:
+    from backends.base import load_model_by_name
+
+    lm = load_model_by_name(model_dir, backend=backend)
+    lm.ensure_loaded()
+    return lm
+
+
 def _valid_rows(rows: list[list[int]], vocab: Any) -> int:
     from bench.oracle import is_valid
 
@@ -200,28 +231,33 @@ def run_decode(args: Any, emit: Callable[[dict], None], say: Callable[[str], Non
     eos = set(vocab.eos_token_ids)
     prompt_ids = [tok.encode(p, add_special_tokens=False) for p in PROMPTS]
     kinds = ["unconstrained", "ours"] + list(ctx["peers"])
+    if _has_generate():
+        kinds += ["generate:unconstrained", "generate:ours"]
     rows_out = []
     for backend in args.backends:
         try:
             model = _load(backend, model_dir)
+            ctx["lm"] = _load_lm(backend, model_dir) if _has_generate() else None
         except ImportError as e:
             say(f"[decode] {backend}: not available ({e}), skipped")
             continue
         for bs in args.batch_sizes:
             prompts = [prompt_ids[i % len(prompt_ids)] for i in range(bs)]
             results = _measure(backend, model, prompts, eos, args, kinds, ctx)
-            base = results["unconstrained"]
             for kind in kinds:
                 r = results[kind]
+                base = results["generate:unconstrained" if kind.startswith("generate:") else "unconstrained"]
                 row = {"suite": "decode", "backend": backend, "batch": bs, "mode": kind, "model": model_dir,
                        "tokens": r["tokens"], "best_s": round(r["best"], 4), "first_s": round(r["first"], 4),
                        "tokens_per_s": round(r["tokens"] / r["best"], 1),
                        "vs_unconstrained": round((r["tokens"] / r["best"]) / (base["tokens"] / base["best"]), 3),
-                       "valid_json_rows": None if kind == "unconstrained" else _valid_rows(r["rows"], vocab)}
+                       "valid_json_rows": None if kind.endswith("unconstrained") else _valid_rows(r["rows"], vocab)}
                 emit(row)
                 rows_out.append(row)
     say(f"\n## decode: {model_dir}, greedy, max {args.max_tokens} new tokens, best of {args.reps}")
-    say("schema: api_tool_call_weather; ratios are tokens/s over the unconstrained run of the same batch\n")
+    say("schema: bench.decode.SCHEMA (a bounded tool call); tokens/s relative to the unconstrained run of the same"
+        " loop and batch (model loop: mlx-lm generate_step / BatchGenerator, transformers generate; generate:*:"
+        " constrained.generate_batch over our AsyncLM backends)\n")
     say(table(["backend", "batch", "mode", "tokens", "tokens/s", "vs unconstrained", "valid JSON rows"],
               [[r["backend"], r["batch"], r["mode"], r["tokens"], r["tokens_per_s"], r["vs_unconstrained"],
                 r["valid_json_rows"]] for r in rows_out]))
@@ -235,7 +271,9 @@ def _measure(backend: str, model: Any, prompts: list[list[int]], eos: set[int], 
     for _ in range(args.reps):
         for kind in kinds:
             t0 = time.perf_counter()
-            if backend == "mlx":
+            if kind.startswith("generate:"):
+                rows = _run_generate(ctx["lm"], prompts, args.max_tokens, kind == "generate:ours")
+            elif backend == "mlx":
                 make = None if kind == "unconstrained" else _mlx_proc(kind, ctx)
                 rows = _run_mlx(model, prompts, eos, args.max_tokens, make)
             else:
