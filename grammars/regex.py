@@ -17,7 +17,12 @@ Semantics, exact unless stated:
   start/end or known not to be; elsewhere (e.g. `a?^b`) they raise. Python's
   `$` before a trailing newline (`a$\\n`) raises;
 - IGNORECASE follows Python's matcher exactly, including non-ASCII
-  (see `charsets.ignorecase`); ECMA patterns fold the same way;
+  (simple case mapping plus `re._casefix`; see `charsets.ignorecase`).
+  ECMA patterns use the same folding, which differs from ECMA's own
+  (Canonicalize) only for a few exotic characters;
+- ECMA: code points are matched (the `u`-flag view), not UTF-16 units;
+  `\\p{...}` supports general categories, not scripts;
+- MULTILINE `^` after the start and `$` before more input raise;
 - backreferences, lookarounds, conditionals and word boundaries raise
   `UnsupportedRegexError` naming the construct and its position.
 
@@ -36,6 +41,8 @@ from typing import Callable
 from grammars import charsets as cs
 from grammars.ast import EMPTY, NOTHING, Grammar, Node, alt, codepoints, repeat, seq, star
 from grammars.errors import RegexSyntaxError, UnsupportedRegexError
+from grammars.nfa import gc_paused
+from grammars.trie import is_word_list, trie_alt, word_list
 
 try:  # Python >= 3.11
     import re._constants as _c
@@ -50,7 +57,9 @@ __all__ = ["regex_node", "regex_grammar"]
 Encoder = Callable[[list[tuple[int, int]]], Node]
 
 _YES, _NO, _MAYBE = 1, 0, 2  # is this point the start (end) of the input?
-_I, _S, _M, _A = re.IGNORECASE, re.DOTALL, re.MULTILINE, re.ASCII
+_ANYTHING = ("anything",)  # follow set of an unanchored search suffix
+_I, _S, _A = int(re.IGNORECASE), int(re.DOTALL), int(re.ASCII)
+_TYPE_FLAGS = int(re.ASCII | re.UNICODE | re.LOCALE)
 _MAXREPEAT = _c.MAXREPEAT
 _POSSESSIVE = getattr(_c, "POSSESSIVE_REPEAT", None)
 _ATOMIC = getattr(_c, "ATOMIC_GROUP", None)
@@ -105,6 +114,13 @@ def regex_node(
     """
     if dialect not in ("python", "ecma"):
         raise ValueError(f"dialect must be 'python' or 'ecma', got {dialect!r}")
+    with gc_paused():
+        return _regex_node(pattern, flags, dialect, encode, search)
+
+
+def _regex_node(pattern: str, flags: int, dialect: str, encode: Encoder, search: bool) -> Node:
+    if not flags & (re.IGNORECASE | re.VERBOSE) and is_word_list(pattern):
+        return word_list(pattern, encode, search)
     source, origin = pattern, None
     if dialect == "ecma":
         from grammars.ecma import translate
@@ -112,12 +128,12 @@ def regex_node(
         source, origin = translate(pattern)
     tree = _parse(pattern, source, flags, origin)
     conv = _Converter(pattern, source, origin, dialect, encode, tree.state)
-    root_flags = tree.state.flags
+    root_flags = int(tree.state.flags)
     if not search:
         return conv.items(tree.data, root_flags, _YES, _YES, None)
     anything = star(conv.enc(cs.ALL))
     if not conv.has_anchor(tree.data):
-        return seq(anything, conv.items(tree.data, root_flags, _MAYBE, _MAYBE, None), anything)
+        return seq(anything, conv.items(tree.data, root_flags, _MAYBE, _MAYBE, _ANYTHING), anything)
     # Unanchored search, exact with anchors: split on whether the match starts
     # at the very start and ends at the very end of the input.
     some = seq(conv.enc(cs.ALL), anything)
@@ -125,7 +141,8 @@ def regex_node(
     for s, before in ((_YES, EMPTY), (_NO, some)):
         for e, after in ((_YES, EMPTY), (_NO, some)):
             conv.reset_counts()
-            parts.append(seq(before, conv.items(tree.data, root_flags, s, e, None), after))
+            follow = None if e == _YES else _ANYTHING  # what the unanchored suffix may read
+            parts.append(seq(before, conv.items(tree.data, root_flags, s, e, follow), after))
     return alt(*parts)
 
 
@@ -137,13 +154,14 @@ def _parse(pattern: str, source: str, flags: int, origin: list[int] | None):
         except re.error as exc:
             pos = exc.pos if origin is None or exc.pos is None else origin[min(exc.pos, len(origin) - 1)]
             raise RegexSyntaxError(pattern, exc.msg, pos) from None
-        except (OverflowError, RecursionError) as exc:
+        except (OverflowError, RecursionError, ValueError) as exc:  # bad flags, huge counts
             raise RegexSyntaxError(pattern, str(exc) or type(exc).__name__) from None
 
 
 def _combine_flags(flags: int, add: int, remove: int) -> int:
-    if add & (re.ASCII | re.UNICODE | re.LOCALE):
-        flags &= ~(re.ASCII | re.UNICODE | re.LOCALE)
+    add, remove = int(add), int(remove)
+    if add & _TYPE_FLAGS:
+        flags &= ~_TYPE_FLAGS
     return (flags | add) & ~remove
 
 
@@ -161,6 +179,7 @@ class _Converter:
         self._enc_memo: dict[tuple, Node] = {}
         self._set_memo: dict[tuple, list[tuple[int, int]]] = {}
         self._anchor_memo: dict[int, bool] = {}
+        self._lit_memo: dict[int, Node] = {}
         self._seen: dict[str, int] = {}
 
     # -- errors --------------------------------------------------------------
@@ -242,7 +261,16 @@ class _Converter:
         if (s != _MAYBE or e != _MAYBE) and self.has_anchor(data):
             starts, ends = self._positions(data, s, e)
         out = []
+        literal = _c.LITERAL
+        chars = self._lit_memo if not flags & _I else None
         for i, (op, av) in enumerate(data):
+            if op is literal and chars is not None:
+                # Fast path for literal runs (the bulk of word lists).
+                node = chars.get(av)
+                if node is None:
+                    node = chars[av] = self.enc([(av, av)])
+                out.append(node)
+                continue
             si = starts[i] if starts else _MAYBE
             ei = ends[i] if ends else _MAYBE
             out.append(self.item(op, av, flags, si, ei, (data, i + 1, flags, follow)))
@@ -272,7 +300,7 @@ class _Converter:
             group, add, remove, sub = av
             return self.items(sub.data, _combine_flags(flags, add, remove), s, e, follow)
         if op is _c.BRANCH:
-            return alt(*(self.items(b.data, flags, s, e, follow) for b in av[1]))
+            return trie_alt([self.items(b.data, flags, s, e, follow) for b in av[1]])
         if op in (_c.MAX_REPEAT, _c.MIN_REPEAT):
             return self.repeat(av, flags, s, e, follow)
         if op is _POSSESSIVE and _POSSESSIVE is not None:
@@ -402,6 +430,8 @@ class _Converter:
         """(characters that may come next, whether the input may end)."""
         if follow is None:
             return [], True
+        if follow is _ANYTHING:
+            return list(cs.ALL), True
         if follow[0] == "or":
             a, b = self.first_of_follow(follow[1]), self.first_of_follow(follow[2])
             return cs.union(a[0], b[0]), a[1] or b[1]
