@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from grammars.ast import EMPTY, NOTHING, Node, alt, repeat, seq
 from grammars.errors import UnsupportedSchemaError
 from grammars.json_strings import quoted, string_literal, string_not_in
+from grammars.json_values import union
 
 if TYPE_CHECKING:
     from grammars.json_schema import Compiler
@@ -168,7 +169,7 @@ class _Layout:
             new = {}
             for c in range(self.cap + 1):
                 take = self._take(i, c, tails[min(c + 1, self.cap)])
-                new[c] = take if required else alt(take, tails[c])
+                new[c] = take if required else union(take, tails[c])
             tails = new
         return tails[0]
 
@@ -180,7 +181,7 @@ class _Layout:
                          for i in range(len(self.members)) if i not in used]
                 if all(i in used for i, (_, req) in enumerate(self.members) if req):
                     parts.append(self._extras(count))
-                self.memo[key] = alt(*parts)
+                self.memo[key] = union(*parts)
             return self.memo[key]
 
         return tail(frozenset(), 0)
@@ -205,7 +206,7 @@ def array_node(c: "Compiler", s: dict, path: str, base: str) -> Node:
             return ws.listing(rest, r_lo, r_hi) if i == 0 else repeat(seq(ws.sep, rest), r_lo, r_hi)
         stop = EMPTY if i >= lo else NOTHING
         take = seq(ws.sep if i else EMPTY, elems[i], tail(i + 1)) if hi is None or i < hi else NOTHING
-        return alt(stop, take)
+        return union(stop, take)
 
     return ws.arr(tail(0))
 

@@ -34,7 +34,7 @@ everything else is inlined. Pass `max_depth=grammar.info["max_depth"]` to
 | `true` / `{}` / `false` | any JSON value (nesting <= `max_any_depth`) / nothing |
 | `uniqueItems: true`, `contains`, `if`/`then`/`else`, `dependentRequired`, `dependentSchemas`, `dependencies`, `unevaluated*`, `$dynamicRef` | unsupported (dropped with a warning under `allow_approximate`) |
 | annotations (`title`, `description`, `default`, `examples`, `$comment`, `readOnly`, `deprecated`, `content*`, `discriminator`) | ignored; unknown keywords are ignored with a warning |
-| `whitespace` | "default": per gap <= 1 space, or 1 newline + <= 32 spaces/tabs; one gap before/after the document. "compact": none. Or a `WhitespacePolicy` |
+| `whitespace` | "default": after `{ [ ,` and before `} ]` <= 1 space, or 1 newline + <= 32 spaces/tabs; <= 1 space around `:` and before `,`; one such gap before/after the document. "compact": none. Or a `WhitespacePolicy` |
 | `any_order` | properties in any order, <= 6 per object (grammar ~ e*n! members) |
 | strings | all JSON escapes, `\\uXXXX` in either case, surrogate pairs; raw control characters and lone surrogates rejected |
 
@@ -69,7 +69,7 @@ from grammars.json_objects import array_node, object_node
 from grammars.json_refs import Resolver, draft_of, load_schema
 from grammars.json_strings import ANY_CHAR, any_string_body, json_char, quoted, string_literal, string_not_in
 from grammars.json_values import (
-    ANY_RULE, Whitespace, WhitespacePolicy, any_value_rule, json_type, to_decimal, value_node,
+    ANY_RULE, Whitespace, WhitespacePolicy, any_value_rule, json_type, to_decimal, union, value_node,
 )
 
 __all__ = ["json_schema_grammar", "load_schema", "WhitespacePolicy", "Compiler"]
@@ -214,7 +214,7 @@ class Compiler:
         if "anyOf" in s:
             if "oneOf" in s:
                 rest["oneOf"] = s["oneOf"]
-            return alt(*(self.node(self._with(rest, br, f"{path}.anyOf[{i}]", base), f"{path}.anyOf[{i}]", base)
+            return union(*(self.node(self._with(rest, br, f"{path}.anyOf[{i}]", base), f"{path}.anyOf[{i}]", base)
                          for i, br in enumerate(s["anyOf"])))
         branches = [self._with(rest, br, f"{path}.oneOf[{i}]", base) for i, br in enumerate(s["oneOf"])]
         flat = [self.flatten(b, f"{path}.oneOf[{i}]", base) for i, b in enumerate(branches)]
@@ -225,7 +225,7 @@ class Compiler:
                     if not self.approximate:
                         raise UnsupportedSchemaError("oneOf", path, why)
                     warnings.warn(f"`oneOf` at {path} compiled as anyOf: {why}", stacklevel=2)
-        return alt(*(self.node(b, f"{path}.oneOf[{i}]", base) for i, b in enumerate(branches)))
+        return union(*(self.node(b, f"{path}.oneOf[{i}]", base) for i, b in enumerate(branches)))
 
     def _with(self, rest: dict, branch: Any, path: str, base: str) -> Any:
         """`branch` and the sibling keywords (only merged when they constrain anything)."""
@@ -280,7 +280,7 @@ class Compiler:
                 continue
             mine = [v for v in excluded if json_type(v) == t or (t == "number" and json_type(v) == "integer")]
             parts.append(self._type_node(t, s, mine, path, base))
-        return alt(*parts)
+        return union(*parts)
 
     def _enum(self, s: dict, types: list, excluded_types: set, excluded: list, path: str, base: str) -> Node:
         allowed = set(types) | ({"integer"} if "number" in types else set())
@@ -294,7 +294,7 @@ class Compiler:
             if rest and not self.accepts(rest, v, path, base):
                 continue
             nodes.append(value_node(v, self.ws, f"{path}.enum"))
-        return alt(*nodes)
+        return union(*nodes)
 
     def _type_node(self, t: str, s: dict, excluded: list, path: str, base: str) -> Node:
         if t == "null":
