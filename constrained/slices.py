@@ -26,6 +26,8 @@ Example:
     >>> table = utf8_table(excluded=b'"\\\\' + bytes(range(0x20)))
     >>> int(table[0, ord("a")]), int(table[0, ord('"')]), int(table[0, 0xC3]), int(table[1, 0xA9])
     (0, -1, 1, 0)
+    >>> len(table)   # one state per UTF-8 branch and position
+    19
 """
 
 from __future__ import annotations
@@ -36,13 +38,9 @@ from functools import cached_property
 import numpy as np
 
 from constrained.vocab_trie import VocabTrie
+from grammars.ast import MAX_CODEPOINT, utf8_sequences
 
 __all__ = ["Slice", "UTF8_SLICES", "utf8_table", "byteset_table", "build_slice", "equivalent", "pack_bits"]
-
-# Slice automaton states: 0 is the start and the only accepting state.  The
-# others count the UTF-8 continuation bytes still owed (with the classic
-# narrower ranges after E0, ED, F0 and F4 that exclude overlong forms and surrogates).
-_CONT1, _CONT2, _CONT3, _E0, _ED, _F0, _F4 = range(1, 8)
 
 # name -> excluded ASCII bytes, in the order they are tried.
 UTF8_SLICES: dict[str, bytes] = {
@@ -59,24 +57,27 @@ _MAX_CACHED_MASKS = 256
 
 
 def utf8_table(excluded: bytes = b"") -> np.ndarray:
-    """int16[8, 256] DFA accepting sequences of UTF-8 characters minus the `excluded` ASCII bytes."""
-    t = np.full((8, 256), -1, dtype=np.int16)
+    """int16[n, 256] DFA of sequences of UTF-8 characters minus the `excluded` ASCII bytes.
+
+    State 0 is the start and "between characters".  The other states follow
+    the canonical split of the non-ASCII code points into byte-range branches
+    (`grammars.ast.utf8_sequences`), one state per branch and position: the
+    grammars build their UTF-8 automata from the same split, so a DFA state
+    inside a character maps to exactly one slice state and no equivalence
+    proofs are needed.
+    """
+    branches = utf8_sequences(0x80, MAX_CODEPOINT)
+    t = np.full((1 + sum(len(br) - 1 for br in branches), 256), -1, dtype=np.int16)
     t[0, :0x80] = 0
     t[0, list(excluded)] = -1
-    t[0, 0xC2:0xE0] = _CONT1
-    t[0, 0xE0] = _E0
-    t[0, 0xE1:0xF0] = _CONT2
-    t[0, 0xED] = _ED
-    t[0, 0xF0] = _F0
-    t[0, 0xF1:0xF4] = _CONT3
-    t[0, 0xF4] = _F4
-    t[_CONT1, 0x80:0xC0] = 0
-    t[_CONT2, 0x80:0xC0] = _CONT1
-    t[_CONT3, 0x80:0xC0] = _CONT2
-    t[_E0, 0xA0:0xC0] = _CONT1
-    t[_ED, 0x80:0xA0] = _CONT1
-    t[_F0, 0x90:0xC0] = _CONT2
-    t[_F4, 0x80:0x90] = _CONT2
+    state = 0
+    for br in branches:
+        prev = 0
+        for k, (lo, hi) in enumerate(br):
+            nxt = 0 if k == len(br) - 1 else state + 1
+            t[prev, lo:hi + 1] = nxt
+            if nxt:
+                state = prev = nxt
     return t
 
 

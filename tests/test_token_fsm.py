@@ -137,7 +137,7 @@ def check_states(fsm: TokenFSM, oracle: Oracle, states: list[int], rng: random.R
 def test_regex_masks_match_brute_force(name, pattern, texts, vocabulary, oracle):
     vocab = vocabulary(name)
     fsm = TokenFSM(LazyDFA(regex_grammar(pattern)), vocab)
-    states = prefix_states(fsm.dfa, [t.encode() for t in texts], limit=12)
+    states = prefix_states(fsm.dfa, [t.encode() for t in texts], limit=8)
     check_states(fsm, oracle(name), states, random.Random(0))
 
 
@@ -150,7 +150,7 @@ def test_schema_masks_match_brute_force(name, case, vocabulary, oracle):
     texts = [json.dumps(v, ensure_ascii=False).encode() for v in entry["valid"]]
     texts = [t for t in texts if fsm.dfa.matches(t)]
     assert texts, case
-    check_states(fsm, oracle(name), prefix_states(fsm.dfa, texts, limit=12), random.Random(1))
+    check_states(fsm, oracle(name), prefix_states(fsm.dfa, texts, limit=8), random.Random(1))
 
 
 @pytest.mark.parametrize("name", ["llama-bpe", "gpt-2"])
@@ -158,7 +158,7 @@ def test_schema_masks_match_brute_force(name, case, vocabulary, oracle):
 def test_realistic_schema_masks_match_brute_force(name, case, vocabulary, oracle):
     fsm = compile_json_schema(case["schema"], vocabulary(name))
     texts = [json.dumps(v, ensure_ascii=False).encode() for v in case["instances"]]
-    check_states(fsm, oracle(name), prefix_states(fsm.dfa, texts, limit=16), random.Random(2))
+    check_states(fsm, oracle(name), prefix_states(fsm.dfa, texts, limit=10), random.Random(2))
 
 
 def test_slices_off_gives_same_masks(vocabulary):
