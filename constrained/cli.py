@@ -226,22 +226,64 @@ def _load_model(args: argparse.Namespace) -> tuple[Any, str]:
     from constrained.errors import BackendUnavailableError
 
     backend = args.backend or _default_backend()
-    note = ""
-    name = args.model
     try:
-        if name is None:
+        if args.model is None:
             from backends.tiny import tiny_model_dir
 
-            name = str(tiny_model_dir(TINY_ARCH, TINY_VOCAB))
-            note = (f"note: no --model given, using the tiny local model at {name}. Its weights are RANDOM: "
+            path = str(tiny_model_dir(TINY_ARCH, TINY_VOCAB))
+            note = (f"note: no --model given, using the tiny local model at {path}. Its weights are RANDOM: "
                     "the output is valid for the constraint, but its content is meaningless.")
-        elif not Path(name).is_dir():
-            raise UsageError(f"--model: no such model directory: {name} (nothing is downloaded from a model hub)")
+            return _tiny_lm(path, backend), note
+        if not Path(args.model).is_dir():
+            raise UsageError(f"--model: no such model directory: {args.model} (nothing is downloaded from a model hub)")
         from constrained.generate import resolve_model
 
-        return resolve_model(name, backend), note
+        return resolve_model(args.model, backend), ""
     except BackendUnavailableError as e:
         raise UsageError(str(e)) from None
+
+
+_tiny_lms: dict[tuple[str, str], Any] = {}
+
+
+def _tiny_lm(path: str, backend: str) -> Any:
+    """The tiny model, loading its tokenizer class directly.
+
+    Its directory pins ``PreTrainedTokenizerFast``; skipping `AutoTokenizer`'s
+    class resolution saves seconds of imports on every cold start.
+    """
+    key = (path, backend)
+    if key not in _tiny_lms:
+        from backends.base import load_model_by_name  # noqa: F401  (raises BackendUnavailableError early)
+
+        def tokenizer() -> Any:
+            from transformers import PreTrainedTokenizerFast
+
+            return PreTrainedTokenizerFast.from_pretrained(path)
+
+        if backend == "mlx":
+            from backends.mlx import MLXLM
+
+            def loader() -> tuple[Any, Any]:
+                from mlx_lm.utils import load_model
+
+                return load_model(Path(path))[0], tokenizer()
+
+            lm: Any = MLXLM(loader=loader)
+        else:
+            from backends.hf import HFLM
+
+            def loader() -> tuple[Any, Any]:
+                import torch
+                from transformers import AutoModelForCausalLM
+
+                model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, local_files_only=True)
+                return model, tokenizer()
+
+            lm = HFLM(loader=loader)
+        lm.ensure_loaded()
+        _tiny_lms[key] = lm
+    return _tiny_lms[key]
 
 
 def _default_backend() -> str:

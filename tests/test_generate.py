@@ -9,6 +9,7 @@ sample may legitimately stop at `max_tokens` — but then it must say so
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
 from collections import Counter
@@ -70,18 +71,30 @@ def _check(req: GenerationRequest, gen: Generation) -> None:
         cls(req.schema, format_checker=FORMATS).validate(gen.value)
 
 
+@functools.cache
+def _corpus_results(vocab_name: str, backend: str) -> list[list[Generation]]:
+    return generate_batch(async_lm(vocab_name, backend), _requests(seed=7))
+
+
 @pytest.mark.parametrize("vocab_name,backend", CASES, ids=[f"{b}-{v}" for v, b in CASES])
 def test_corpus_outputs_validate_or_report_max_tokens(vocab_name: str, backend: str) -> None:
-    lm = async_lm(vocab_name, backend)
     reqs = _requests(seed=7)
-    results = generate_batch(lm, reqs)
-    statuses = Counter()
+    results = _corpus_results(vocab_name, backend)
+    statuses: Counter[str] = Counter()
     for req, gens in zip(reqs, results):
         assert len(gens) == 1
         _check(req, gens[0])
         statuses[gens[0].status] += 1
     # Random weights ramble inside strings and numbers, but bounded constraints mostly finish.
     assert statuses["complete"] >= 0.7 * len(reqs), statuses
+
+
+@pytest.mark.parametrize("vocab_name", ["llama-spm", "llama-bpe", "qwen2"])
+def test_mlx_and_torch_sample_the_same_outputs(vocab_name: str) -> None:
+    """Same weights and seeds: the two backends' logprobs agree, so samples coincide (but for rare near-ties)."""
+    mlx, hf = _corpus_results(vocab_name, "mlx"), _corpus_results(vocab_name, "hf")
+    same = sum(a[0].text == b[0].text for a, b in zip(mlx, hf))
+    assert same >= 0.9 * len(mlx), f"{same}/{len(mlx)} identical"
 
 
 # ----------------------------------------------------------------------------- sampling statistics
