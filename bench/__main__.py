@@ -139,6 +139,9 @@ def _run_masks(args: argparse.Namespace, emit: Callable[[dict], None], say: Call
     say(f"\n## masks: {len(cases)} schemas, tokenizer {args.tokenizer} ({vocab.size} tokens), {machine()}")
     say("styles: " + "; ".join(f"{s} = json.dumps(**{STYLES[s]!r})" for s in args.styles)
         + "; object members in schema order")
+    for name, info in engines.items():
+        if "engine" in info:
+            say(f"- {name}: {info['engine'].settings}")
     say(f"limits per (engine, schema): {args.time_limit:g}s, +{args.mem_limit_gb:g} GiB address space; "
         f"wall {time.perf_counter() - t0:.0f}s\n")
     say(masks_summary(records, engines))

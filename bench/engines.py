@@ -40,6 +40,7 @@ class Engine:
     """Base adapter: subclasses fill in the three phases."""
 
     name = "?"
+    settings = ""
 
     def setup(self, tokenizer: Any, vocab: Any) -> None:  # pragma: no cover - interface
         raise NotImplementedError
@@ -66,6 +67,7 @@ class Ours(Engine):
     """`constrained.compile_json_schema` + `Guide` (lazy masks, memoized per DFA state)."""
 
     name = "ours"
+    settings = "compile_json_schema defaults: whitespace='default', additionalProperties per spec"
 
     def setup(self, tokenizer: Any, vocab: Any) -> None:
         from constrained.compile import clear_cache, compile_json_schema
@@ -102,6 +104,7 @@ class LLGuidance(Engine):
     """llguidance `LLMatcher` over `llguidance.hf.from_tokenizer` (masks computed on the fly)."""
 
     name = "llguidance"
+    settings = "grammar_from_json_schema defaults (flexible whitespace)"
 
     def setup(self, tokenizer: Any, vocab: Any) -> None:
         import llguidance.hf
@@ -132,6 +135,7 @@ class XGrammar(Engine):
     """xgrammar `GrammarCompiler.compile_json_schema` + `GrammarMatcher` (precomputed mask cache)."""
 
     name = "xgrammar"
+    settings = "compile_json_schema defaults (any_whitespace=True, strict_mode=True); max_threads=1"
 
     def setup(self, tokenizer: Any, vocab: Any) -> None:
         import xgrammar as xgr
@@ -168,6 +172,7 @@ class OutlinesCore(Engine):
     """outlines-core `Index` (eager, over the regex of the schema) + `Guide`."""
 
     name = "outlines-core"
+    settings = "build_regex_from_schema defaults (whitespace_pattern None = '[ ]?')"
 
     def setup(self, tokenizer: Any, vocab: Any) -> None:
         import outlines_core
