@@ -60,7 +60,7 @@ from grammars.ast import NOTHING, Grammar, Node, Ref, alt, literal, optional, pl
 from grammars.errors import InvalidSchemaError, RegexSyntaxError, UnsupportedRegexError, UnsupportedSchemaError
 from grammars.json_checks import check_schema
 from grammars.json_formats import format_node
-from grammars.json_length import restrict_length
+from grammars.json_length import DEFAULT_SIZE_BUDGET, restrict_length
 from grammars.json_merge import ANNOTATIONS, TYPES, Merger, disjoint, normalize
 from grammars.json_numbers import (
     ANY_NUMBER, Interval, integer_multiples, number_interval, number_value,
@@ -139,6 +139,7 @@ class Compiler:
         self._inline: dict[int, Node] = {}
         self._patterns: dict[str, Node] = {}
         self._matchers: dict[str, Any] = {}
+        self.budget = DEFAULT_SIZE_BUDGET
 
     # -- entry points -----------------------------------------------------------
 
