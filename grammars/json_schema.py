@@ -140,6 +140,7 @@ class Compiler:
         self._patterns: dict[str, Node] = {}
         self._matchers: dict[str, Any] = {}
         self.budget = DEFAULT_SIZE_BUDGET
+        self._acceptors: dict[int, tuple[Any, Any]] = {}
 
     # -- entry points -----------------------------------------------------------
 
@@ -428,11 +429,15 @@ class Compiler:
         """Whether `value` is valid under `schema` (by running its automaton)."""
         from grammars.dfa import LazyDFA
 
-        sub = Compiler(self.root, ws=Whitespace(WhitespacePolicy.named("compact")), strict=self.strict,
-                       allow_approximate=self.approximate)
-        node = sub.node(schema, path, base)
-        dfa = LazyDFA(Grammar({"start": node, **sub.rules}), max_depth=64)
-        return dfa.matches(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+        hit = self._acceptors.get(id(schema))
+        if hit is None or hit[0] is not schema:
+            # A separate compiler: compact whitespace, and its own recursion rules.
+            sub = Compiler(self.root, ws=Whitespace(WhitespacePolicy.named("compact")), strict=self.strict,
+                           allow_approximate=self.approximate)
+            node = sub.node(schema, path, base)
+            hit = (schema, LazyDFA(Grammar({"start": node, **sub.rules}), max_depth=64))
+            self._acceptors[id(schema)] = hit
+        return hit[1].matches(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
 
     def pattern_matches(self, pattern: Any, name: str, path: str) -> bool:
         """Whether the property name `name` matches the ECMA regex (search)."""
