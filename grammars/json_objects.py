@@ -35,7 +35,7 @@ from grammars.ast import EMPTY, NOTHING, Node, Ref, alt, optional, repeat, seq
 from grammars.errors import UnsupportedSchemaError
 from grammars.json_strings import quoted, string_literal, string_not_in
 from grammars.json_length import expanded_size
-from grammars.json_values import union
+from grammars.json_values import counted, union
 
 if TYPE_CHECKING:
     from grammars.json_schema import Compiler
@@ -169,7 +169,7 @@ class _Layout:
         lo = max(0, self.lo - count)
         if count == 0:
             return self.ws.listing(self.extra, lo, hi)
-        return repeat(seq(self.ws.sep, self.extra), lo, hi)
+        return counted(seq(self.ws.sep, self.extra), lo, hi)
 
     def _take(self, i: int, count: int, rest: Node) -> Node:
         if self.hi is not None and count + 1 > self.hi:
@@ -263,7 +263,7 @@ def array_node(c: "Compiler", s: dict, path: str, base: str) -> Node:
                 return NOTHING
             if rest == NOTHING or r_hi == 0:
                 return EMPTY if r_lo == 0 else NOTHING
-            return ws.listing(rest, r_lo, r_hi) if i == 0 else repeat(seq(ws.sep, rest), r_lo, r_hi)
+            return ws.listing(rest, r_lo, r_hi) if i == 0 else counted(seq(ws.sep, rest), r_lo, r_hi)
         stop = EMPTY if i >= lo else NOTHING
         take = seq(ws.sep if i else EMPTY, elems[i], tail(i + 1)) if hi is None or i < hi else NOTHING
         return union(stop, take)

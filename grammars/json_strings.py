@@ -144,6 +144,8 @@ ANY_CHAR: Node = json_char(ALL_CODEPOINTS)
 
 def any_string_body(min_length: int = 0, max_length: int | None = None) -> Node:
     """String bodies of min_length..max_length code points."""
+    if max_length is not None and min_length > max_length:
+        return NOTHING
     return repeat(ANY_CHAR, min_length, max_length)
 
 
