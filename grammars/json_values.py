@@ -24,7 +24,7 @@ from grammars.json_strings import ANY_CHAR, quoted, string_literal
 
 __all__ = [
     "WhitespacePolicy", "Whitespace", "value_node", "json_key", "json_type", "to_decimal",
-    "any_value_rule", "ANY_RULE", "ANY_STRING", "PERMUTATION_LIMIT", "union",
+    "any_value_rule", "ANY_RULE", "ANY_STRING", "PERMUTATION_LIMIT", "union", "counted",
 ]
 
 ANY_RULE = "any_json_value"
@@ -32,6 +32,11 @@ ANY_STRING: Node = quoted(star(ANY_CHAR))
 # Objects in `const`/`enum` match in any key order up to this many keys
 # (n! orders); larger ones only in the order written in the schema.
 PERMUTATION_LIMIT = 4
+
+
+def counted(item: Node, lo: int, hi: int | None) -> Node:
+    """`repeat` that is NOTHING for contradictory bounds (e.g. minItems > maxItems)."""
+    return NOTHING if hi is not None and lo > hi else repeat(item, lo, hi)
 
 
 def union(*items: Node) -> Node:
@@ -129,6 +134,8 @@ class Whitespace:
 
     def listing(self, item: Node, lo: int = 0, hi: int | None = None) -> Node:
         """lo..hi copies of `item` separated by commas."""
+        if hi is not None and lo > hi:
+            return NOTHING
         if hi == 0:
             return EMPTY
         first_hi = None if hi is None else hi - 1
