@@ -28,8 +28,9 @@ Example:
 
 from __future__ import annotations
 
-from grammars.ast import EMPTY, NOTHING, Alt, ByteSet, Node, Repeat, Seq, alt, repeat, seq, star
+from grammars.ast import EMPTY, NOTHING, Alt, ByteSet, Node, Repeat, Seq, repeat, seq, star
 from grammars.errors import UnsupportedSchemaError
+from grammars.json_values import union
 
 __all__ = ["restrict_length", "expanded_size", "DEFAULT_SIZE_BUDGET"]
 
@@ -157,10 +158,19 @@ Profile = dict[int, Node]
 
 
 class _Product:
-    def __init__(self, cap: int, path: str) -> None:
+    def __init__(self, cap: int, path: str, budget: int) -> None:
         self.cap = cap
         self.path = path
+        self.budget = budget
         self.an = _Analyzer()
+        self.sizes: dict[int, int] = {}
+
+    def _check(self, p: Profile) -> Profile:
+        """Stop as soon as a partial product outgrows the budget (before building more)."""
+        size = sum(expanded_size(v, self.sizes) for v in p.values())
+        if size > self.budget:
+            raise self.fail(f"the exact product exceeds the size budget of {self.budget}")
+        return p
 
     def fail(self, why: str) -> UnsupportedSchemaError:
         return UnsupportedSchemaError("pattern", self.path, f"cannot intersect with minLength/maxLength: {why}")
@@ -178,11 +188,11 @@ class _Product:
         if isinstance(node, Seq):
             return self._seq(self._groups(node.items))
         if isinstance(node, Alt):
-            out: Profile = {}
+            parts: dict[int, list[Node]] = {}
             for item in node.items:
                 for k, v in self.profile(item).items():
-                    out[k] = alt(out.get(k, NOTHING), v)
-            return out
+                    parts.setdefault(k, []).append(v)
+            return self._check({k: union(*v) for k, v in parts.items()})
         if isinstance(node, Repeat):
             return self._repeat(node)
         raise self.fail(f"unexpected node {type(node).__name__}")
@@ -202,12 +212,11 @@ class _Product:
         return groups
 
     def _shift(self, p: Profile, q: Profile) -> Profile:
-        out: Profile = {}
+        parts: dict[int, list[Node]] = {}
         for a, x in p.items():
             for b, y in q.items():
-                k = min(a + b, self.cap)
-                out[k] = alt(out.get(k, NOTHING), seq(x, y))
-        return out
+                parts.setdefault(min(a + b, self.cap), []).append(seq(x, y))
+        return self._check({k: union(*v) for k, v in parts.items()})
 
     def _seq(self, groups: list[Node]) -> Profile:
         p: Profile = {0: EMPTY}
@@ -228,7 +237,7 @@ class _Product:
             if node.max is None or node.max >= cap:
                 out[cap] = repeat(x, max(lo, cap), node.max)
             return out
-        item = alt(*q.values())
+        item = union(*q.values())
         hi = node.max
         out = {}
         cur: Profile = {0: EMPTY}
@@ -237,7 +246,7 @@ class _Product:
         while True:
             if reps >= lo:
                 for k, v in cur.items():
-                    out[k] = alt(out.get(k, NOTHING), v)
+                    out[k] = union(out.get(k, NOTHING), v)
             if (hi is not None and reps >= hi) or (hi is None and reps >= max(lo, cap)):
                 break
             cur = self._shift(cur, q)
@@ -271,12 +280,12 @@ def restrict_length(body: Node, min_length: int, max_length: int | None, *, path
     if min_length == 0 and max_length is None:
         return body
     cap = max_length + 1 if max_length is not None else min_length
-    prod = _Product(cap, path)
+    prod = _Product(cap, path, budget)
     prof = prod.profile(body)
     keep = [k for k in prof if k >= min_length and (max_length is None or k <= max_length)]
     if len(keep) == len(prof):
         return body  # the length bounds are implied by the body itself
-    out = alt(*(prof[k] for k in sorted(keep)))
+    out = union(*(prof[k] for k in sorted(keep)))
     if expanded_size(out) > budget:
         raise prod.fail(f"the exact product exceeds the size budget of {budget}")
     return out
