@@ -17,7 +17,8 @@ from grammars.errors import (  # noqa: I001 (errors first: the compilers import 
 
 from grammars.ast import Grammar
 from grammars.dfa import DEAD, LazyDFA, compile_dfa
-from grammars.json_schema import json_schema_grammar
+from grammars.json_refs import load_schema
+from grammars.json_schema import WhitespacePolicy, json_schema_grammar
 from grammars.regex import regex_grammar, regex_node
 
 __all__ = [
@@ -26,6 +27,8 @@ __all__ = [
     "compile_dfa",
     "DEAD",
     "json_schema_grammar",
+    "load_schema",
+    "WhitespacePolicy",
     "regex_grammar",
     "regex_node",
     "ConstraintError",
