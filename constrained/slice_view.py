@@ -40,6 +40,18 @@ __all__ = ["SliceView", "slice_view"]
 # At most this many irregular ASCII first bytes are walked instead of sliced.
 _MAX_EXCLUDED = 40
 _CLOSED = "closed"
+_MISSING = object()
+# Character levels at which the set of checked slice moves may shrink.
+_BUCKETS = (0, 1, 8, 24, 48, 96)
+
+
+def _bucket(level: int) -> int:
+    """The deepest bucket boundary <= `level` (its move set includes the level's)."""
+    out = 0
+    for b in _BUCKETS:
+        if b <= level:
+            out = b
+    return out
 
 
 @dataclass(eq=False)
@@ -106,7 +118,10 @@ def slice_view(dfa, q: int, sl: Slice, memo: dict, first: np.ndarray) -> SliceVi
     `memo` caches per-state character steps across calls (one dict per FSM);
     `first` holds each token's first byte.
     """
-    level0 = _level(dfa, q, sl, lenient=True)
+    key = (q, sl.name, "first")
+    level0 = memo.get(key, _MISSING)
+    if level0 is _MISSING:
+        level0 = memo[key] = _level(dfa, q, sl, 0, lenient=True)
     if level0 is None or level0 is _CLOSED:
         return None
     reps, succ, excluded = level0
@@ -114,17 +129,20 @@ def slice_view(dfa, q: int, sl: Slice, memo: dict, first: np.ndarray) -> SliceVi
     # row 0 may exclude first bytes; later characters must not, so then it is no loop target
     index = {q: 0} if excluded is None else {}
     cycle, capacity = None, sl.max_started
-    limit = max(sl.max_started, int(sl.exit_level.max()) if len(sl.exit_level) else 0)
+    limit = len(sl.used_from) - 1                       # deeper levels see no slice move
     while len(rows) <= limit:
         if succ in index:                               # back to an earlier row: a loop
             start = index[succ]
             cycle = (start, len(rows) - start)
             break
         index[succ] = len(rows)
-        key = (succ, sl.name)
-        step = memo.get(key)
-        if step is None:
-            step = memo[key] = _level(dfa, succ, sl, lenient=False)
+        # checked with the moves of a few level buckets, so that the same state met
+        # at a slightly different depth (next token, next request) reuses the step
+        bucket = _bucket(len(rows))
+        key = (succ, sl.name, bucket)
+        step = memo.get(key, _MISSING)
+        if step is _MISSING:
+            step = memo[key] = _level(dfa, succ, sl, bucket, lenient=False)
         if step is None:
             return None
         if step is _CLOSED:                             # a counter ran out: nothing more fits
@@ -139,16 +157,18 @@ def slice_view(dfa, q: int, sl: Slice, memo: dict, first: np.ndarray) -> SliceVi
     return SliceView(sl, np.array(rows, dtype=np.int32), cycle, capacity, excluded, first)
 
 
-def _level(dfa, q: int, sl: Slice, lenient: bool):
+def _level(dfa, q: int, sl: Slice, level: int, lenient: bool):
     """One character from `q`: (states inside the character, next state, excluded first bytes).
 
-    Returns `_CLOSED` when every slice byte is rejected, None when the slice is
-    followed irregularly.  `lenient` lets single-byte characters that go
-    elsewhere be excluded (only for the token's first character).
+    Only the slice moves tokens make at character level >= `level` are
+    checked.  Returns `_CLOSED` when every such first byte is rejected, None
+    when the slice is followed irregularly.  `lenient` lets single-byte
+    characters that go elsewhere be excluded (only for the token's first character).
     """
+    moves = sl.moves_at(level)
     row = dfa.transitions(q)                            # int32[256], memoized by the DFA
-    start_bytes = np.concatenate([ids for _, ids in sl.moves[0]])
-    if (row[start_bytes] < 0).all():
+    first = np.concatenate([ids for _, ids in moves[0]]) if moves[0] else np.empty(0, np.int64)
+    if (row[first] < 0).all():
         return _CLOSED
     reps = np.full(len(sl.table), -1, dtype=np.int32)
     reps[0] = q
@@ -157,7 +177,7 @@ def _level(dfa, q: int, sl: Slice, lenient: bool):
     while todo:
         a = todo.pop()
         row = dfa.transitions(int(reps[a]))
-        for b, byte_ids in sl.moves[a]:
+        for b, byte_ids in moves[a]:
             targets = row[byte_ids]
             if b == 0 and a == 0 and lenient:
                 values, counts = np.unique(targets[targets >= 0], return_counts=True)

@@ -26,6 +26,8 @@ Example:
     >>> table = utf8_table(excluded=b'"\\\\' + bytes(range(0x20)))
     >>> int(table[0, ord("a")]), int(table[0, ord('"')]), int(table[0, 0xC3]), int(table[1, 0xA9])
     (0, -1, 1, 0)
+    >>> len(table)   # one state per UTF-8 branch and position
+    19
 """
 
 from __future__ import annotations
@@ -36,19 +38,16 @@ from functools import cached_property
 import numpy as np
 
 from constrained.vocab_trie import VocabTrie
+from grammars.ast import MAX_CODEPOINT, utf8_sequences
 
 __all__ = ["Slice", "UTF8_SLICES", "utf8_table", "byteset_table", "build_slice", "equivalent", "pack_bits"]
 
-# Slice automaton states: 0 is the start and the only accepting state.  The
-# others count the UTF-8 continuation bytes still owed (with the classic
-# narrower ranges after E0, ED, F0 and F4 that exclude overlong forms and surrogates).
-_CONT1, _CONT2, _CONT3, _E0, _ED, _F0, _F4 = range(1, 8)
-
-# name -> excluded ASCII bytes.  Largest slices first: a state looping on a
-# larger slice skips more tokens.
+# name -> excluded ASCII bytes, in the order they are tried.
 UTF8_SLICES: dict[str, bytes] = {
+    # JSON string contents (no quote, backslash or control character): tried
+    # first, as most states of JSON documents are inside strings
+    "json_string": b'"\\' + bytes(range(0x20)),
     "line": b"\n",                                    # regex `.`: any character but newline
-    "json_string": b'"\\' + bytes(range(0x20)),       # no quote, backslash or control character
 }
 
 # State pairs explored when proving two DFA states equivalent.
@@ -58,24 +57,27 @@ _MAX_CACHED_MASKS = 256
 
 
 def utf8_table(excluded: bytes = b"") -> np.ndarray:
-    """int16[8, 256] DFA accepting sequences of UTF-8 characters minus the `excluded` ASCII bytes."""
-    t = np.full((8, 256), -1, dtype=np.int16)
+    """int16[n, 256] DFA of sequences of UTF-8 characters minus the `excluded` ASCII bytes.
+
+    State 0 is the start and "between characters".  The other states follow
+    the canonical split of the non-ASCII code points into byte-range branches
+    (`grammars.ast.utf8_sequences`), one state per branch and position: the
+    grammars build their UTF-8 automata from the same split, so a DFA state
+    inside a character maps to exactly one slice state and no equivalence
+    proofs are needed.
+    """
+    branches = utf8_sequences(0x80, MAX_CODEPOINT)
+    t = np.full((1 + sum(len(br) - 1 for br in branches), 256), -1, dtype=np.int16)
     t[0, :0x80] = 0
     t[0, list(excluded)] = -1
-    t[0, 0xC2:0xE0] = _CONT1
-    t[0, 0xE0] = _E0
-    t[0, 0xE1:0xF0] = _CONT2
-    t[0, 0xED] = _ED
-    t[0, 0xF0] = _F0
-    t[0, 0xF1:0xF4] = _CONT3
-    t[0, 0xF4] = _F4
-    t[_CONT1, 0x80:0xC0] = 0
-    t[_CONT2, 0x80:0xC0] = _CONT1
-    t[_CONT3, 0x80:0xC0] = _CONT2
-    t[_E0, 0xA0:0xC0] = _CONT1
-    t[_ED, 0x80:0xA0] = _CONT1
-    t[_F0, 0x90:0xC0] = _CONT2
-    t[_F4, 0x80:0x90] = _CONT2
+    state = 0
+    for br in branches:
+        prev = 0
+        for k, (lo, hi) in enumerate(br):
+            nxt = 0 if k == len(br) - 1 else state + 1
+            t[prev, lo:hi + 1] = nxt
+            if nxt:
+                state = prev = nxt
     return t
 
 
@@ -107,6 +109,8 @@ class Slice:
         exits: trie nodes whose prefix leaves the slice language at their own
             byte; `exit_from` / `exit_level` are the slice state / complete
             characters just before that byte, `exit_first` the prefix's first byte.
+        used_from: bool[levels, n_states, 256], slice moves tokens make at
+            character level >= l (the last level repeats for deeper ones).
     """
 
     name: str
@@ -121,13 +125,26 @@ class Slice:
     exit_from: np.ndarray
     exit_level: np.ndarray
     exit_first: np.ndarray
+    used_from: np.ndarray
     _masks: dict = field(default_factory=dict, repr=False)
+    _moves_at: dict = field(default_factory=dict, repr=False)
 
     @cached_property
     def moves(self) -> list[list[tuple[int, np.ndarray]]]:
         """Per slice state: (next slice state, bytes leading there) groups."""
         return [[(int(b), np.flatnonzero(row == b)) for b in np.unique(row[row >= 0])]
                 for row in self.table]
+
+    def moves_at(self, level: int) -> list[list[tuple[int, np.ndarray]]]:
+        """`moves` restricted to the moves tokens make at character level >= `level` (cached)."""
+        level = min(level, len(self.used_from) - 1)
+        out = self._moves_at.get(level)
+        if out is None:
+            used = self.used_from[level]
+            out = [[(b, ids[used[a, ids]]) for b, ids in groups if used[a, ids].any()]
+                   for a, groups in enumerate(self.moves)]
+            self._moves_at[level] = out
+        return out
 
     def member_bitmask(self, capacity: int, excluded: np.ndarray | None, first: np.ndarray) -> np.ndarray:
         """Packed mask of slice tokens starting <= `capacity` characters, minus those whose
@@ -150,7 +167,7 @@ class Slice:
     @property
     def nbytes(self) -> int:
         arrays = (self.table, self.end, self.complete, self.started, self.member, self.bitmask,
-                  self.exits, self.exit_from, self.exit_level, self.exit_first)
+                  self.exits, self.exit_from, self.exit_level, self.exit_first, self.used_from)
         return sum(a.nbytes for a in arrays) + sum(m.nbytes for m in list(self._masks.values()))
 
 
@@ -169,10 +186,25 @@ def build_slice(name: str, table: np.ndarray, trie: VocabTrie, usable: np.ndarra
     has_parent = parent >= 0
     before = np.where(has_parent, inside[np.maximum(parent, 0)], 0)
     exits = np.flatnonzero((inside < 0) & (before >= 0)).astype(np.int32)
-    level = np.where(has_parent[exits], count[np.maximum(parent[exits], 0)], 0).astype(np.int32)
+    parent_count = np.where(has_parent, count[np.maximum(parent, 0)], 0)
     max_started = int(started[member].max()) if member.any() else 0
     return Slice(name, table, end, complete, started, member, pack_bits(member, n_words), max_started,
-                 exits, before[exits].astype(np.int32), level, trie.root_byte[exits])
+                 exits, before[exits].astype(np.int32), parent_count[exits].astype(np.int32),
+                 trie.root_byte[exits], _moves_used(inside, before, parent_count, trie.byte, len(table)))
+
+
+def _moves_used(inside, before, parent_count, byte, n_states: int) -> np.ndarray:
+    """bool[levels, n_states, 256]: slice moves some token makes at character level >= each level.
+
+    A DFA state need only follow the slice on the moves tokens make: deep
+    inside a counted string, tokens are ASCII runs, so there is no need to
+    check (and determinize) every 4-byte UTF-8 branch at level 60.
+    """
+    nodes = np.flatnonzero(inside >= 0)
+    levels = int(parent_count.max()) + 2 if len(parent_count) else 2
+    used = np.zeros((levels, n_states, 256), dtype=bool)
+    used[parent_count[nodes], before[nodes], byte[nodes]] = True
+    return np.logical_or.accumulate(used[::-1], axis=0)[::-1].copy()
 
 
 def pack_bits(flags: np.ndarray, n_words: int) -> np.ndarray:

@@ -21,7 +21,7 @@ Semantics, exact unless stated:
   ECMA patterns use the same folding, which differs from ECMA's own
   (Canonicalize) only for a few exotic characters;
 - ECMA: code points are matched (the `u`-flag view), not UTF-16 units;
-  `\p{...}` supports general categories, not scripts;
+  `\\p{...}` supports general categories, not scripts;
 - MULTILINE `^` after the start and `$` before more input raise;
 - backreferences, lookarounds, conditionals and word boundaries raise
   `UnsupportedRegexError` naming the construct and its position.
@@ -57,6 +57,7 @@ __all__ = ["regex_node", "regex_grammar"]
 Encoder = Callable[[list[tuple[int, int]]], Node]
 
 _YES, _NO, _MAYBE = 1, 0, 2  # is this point the start (end) of the input?
+_ANYTHING = ("anything",)  # follow set of an unanchored search suffix
 _I, _S, _A = int(re.IGNORECASE), int(re.DOTALL), int(re.ASCII)
 _TYPE_FLAGS = int(re.ASCII | re.UNICODE | re.LOCALE)
 _MAXREPEAT = _c.MAXREPEAT
@@ -132,7 +133,7 @@ def _regex_node(pattern: str, flags: int, dialect: str, encode: Encoder, search:
         return conv.items(tree.data, root_flags, _YES, _YES, None)
     anything = star(conv.enc(cs.ALL))
     if not conv.has_anchor(tree.data):
-        return seq(anything, conv.items(tree.data, root_flags, _MAYBE, _MAYBE, None), anything)
+        return seq(anything, conv.items(tree.data, root_flags, _MAYBE, _MAYBE, _ANYTHING), anything)
     # Unanchored search, exact with anchors: split on whether the match starts
     # at the very start and ends at the very end of the input.
     some = seq(conv.enc(cs.ALL), anything)
@@ -140,7 +141,8 @@ def _regex_node(pattern: str, flags: int, dialect: str, encode: Encoder, search:
     for s, before in ((_YES, EMPTY), (_NO, some)):
         for e, after in ((_YES, EMPTY), (_NO, some)):
             conv.reset_counts()
-            parts.append(seq(before, conv.items(tree.data, root_flags, s, e, None), after))
+            follow = None if e == _YES else _ANYTHING  # what the unanchored suffix may read
+            parts.append(seq(before, conv.items(tree.data, root_flags, s, e, follow), after))
     return alt(*parts)
 
 
@@ -428,6 +430,8 @@ class _Converter:
         """(characters that may come next, whether the input may end)."""
         if follow is None:
             return [], True
+        if follow is _ANYTHING:
+            return list(cs.ALL), True
         if follow[0] == "or":
             a, b = self.first_of_follow(follow[1]), self.first_of_follow(follow[2])
             return cs.union(a[0], b[0]), a[1] or b[1]

@@ -94,7 +94,7 @@ def test_ecma_search(pattern: str, text: str, accepted: bool) -> None:
     assert LazyDFA(Grammar({"start": node})).matches(text.encode()) == accepted
 
 
-@pytest.mark.parametrize("pattern", ["abc", "^ab", "a|^b", "[0-9]+x", "(^a|b)c*"])
+@pytest.mark.parametrize("pattern", ["abc", "^ab", "a|^b", "[0-9]+x", "(^a|b)c*", "a\\Z", "^a\\Z|b"])
 def test_python_search_agrees_with_re_search(pattern: str) -> None:
     dfa = LazyDFA(Grammar({"start": regex_node(pattern, search=True)}))
     rng = random.Random(pattern)
@@ -208,6 +208,13 @@ def test_syntax_errors_carry_re_message_and_position(pattern: str, position: int
     with pytest.raises(re.error) as original:
         re.compile(pattern)
     assert original.value.msg in str(info.value)
+
+
+def test_python_search_with_dollar_before_newline_raises() -> None:
+    # re.search("a$", "a\n") matches: `$` before the final newline, which the
+    # unanchored suffix could read; we refuse rather than guess.
+    with pytest.raises(UnsupportedRegexError):
+        regex_node("a$", search=True)
 
 
 def test_bad_dialect() -> None:

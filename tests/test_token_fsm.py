@@ -24,6 +24,7 @@ from constrained.token_fsm import TokenFSM
 from constrained.vocab import Vocabulary
 from grammars.dfa import LazyDFA
 from grammars.regex import regex_grammar
+from bench.mask_corpus import CASES as BENCH_CASES
 from tests.schema_corpus import BY_NAME
 
 VOCABS = ["gpt-2", "llama-bpe", "llama-spm", "qwen2"]
@@ -37,6 +38,8 @@ REGEXES = [
     (r'"([^"\\]|\\.)*"', ['"a \\"quoted\\" word, ok"', '"ünïcödé 😀"']),
     (r"[a-z ]{2,40}", ["the quick brown fox jumps"]),
     (r'\{"id": [0-9]{1,5}, "tags": \[("[a-z]{1,8}"(, )?)*\]\}', ['{"id": 42, "tags": ["ab", "cdef"]}']),
+    # a long counter: slice chains over many character levels
+    (r'[^"\\\x00-\x1f]{0,300}', ["Ünïcode text, 日本語, emoji 😀 and plain ASCII words " * 3]),
 ]
 SCHEMAS = ["object_required", "string_length", "format_email", "enum_mixed", "tool_call",
            "pydantic_like", "not_enum", "number_plain", "format_datetime", "array_of_objects"]
@@ -134,7 +137,7 @@ def check_states(fsm: TokenFSM, oracle: Oracle, states: list[int], rng: random.R
 def test_regex_masks_match_brute_force(name, pattern, texts, vocabulary, oracle):
     vocab = vocabulary(name)
     fsm = TokenFSM(LazyDFA(regex_grammar(pattern)), vocab)
-    states = prefix_states(fsm.dfa, [t.encode() for t in texts], limit=12)
+    states = prefix_states(fsm.dfa, [t.encode() for t in texts], limit=8)
     check_states(fsm, oracle(name), states, random.Random(0))
 
 
@@ -147,7 +150,15 @@ def test_schema_masks_match_brute_force(name, case, vocabulary, oracle):
     texts = [json.dumps(v, ensure_ascii=False).encode() for v in entry["valid"]]
     texts = [t for t in texts if fsm.dfa.matches(t)]
     assert texts, case
-    check_states(fsm, oracle(name), prefix_states(fsm.dfa, texts, limit=12), random.Random(1))
+    check_states(fsm, oracle(name), prefix_states(fsm.dfa, texts, limit=8), random.Random(1))
+
+
+@pytest.mark.parametrize("name", ["llama-bpe", "gpt-2"])
+@pytest.mark.parametrize("case", BENCH_CASES, ids=[c["name"] for c in BENCH_CASES])
+def test_realistic_schema_masks_match_brute_force(name, case, vocabulary, oracle):
+    fsm = compile_json_schema(case["schema"], vocabulary(name))
+    texts = [json.dumps(v, ensure_ascii=False).encode() for v in case["instances"]]
+    check_states(fsm, oracle(name), prefix_states(fsm.dfa, texts, limit=10), random.Random(2))
 
 
 def test_slices_off_gives_same_masks(vocabulary):
