@@ -3,10 +3,19 @@
     constrained generate --schema person.json --prompt "A person:" -n 3
     constrained generate --regex "[0-9]{3}-[0-9]{4}" --prompt "Phone:"
     constrained generate --input prompts.jsonl --output results.jsonl
-    constrained bench masks
+
+Single mode prints one sample per line on stdout: the JSON value (compact)
+for a schema, the text for a regex. Samples that did not complete are noted
+on stderr instead, and the exit status is then 1. A one-line timing summary
+goes to stderr.
+
+Without ``--model``, a tiny local model is used (built once by
+`backends.tiny`, with a real llama.cpp tokenizer): its weights are random,
+so the output is valid for the constraint but its content is meaningless.
 
 Bad input (a missing file, invalid JSON, an unsupported schema keyword, a bad
-regex) prints one line on stderr and exits with status 2, never a traceback.
+regex, a bad number) prints one line on stderr and exits with status 2, never
+a traceback.
 """
 
 from __future__ import annotations
@@ -16,129 +25,155 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
 __all__ = ["main"]
 
 EXIT_USAGE = 2
+# The default model: small vocabulary (32k), so a cold start stays short on a CPU.
+TINY_ARCH, TINY_VOCAB = "llama", "llama-spm"
 
 
 class UsageError(Exception):
     """Bad input from the user: reported on one line, exit status 2."""
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, not argparse's usage block
+        raise UsageError(message)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return EXIT_USAGE
+    """Run the command line; returns the exit status.
+
+    Example:
+        >>> main(["generate", "--regex", "(yes|no)", "--prompt", "Ok?"])  # doctest: +SKIP
+        yes
+        0
+    """
     try:
+        args = _parser().parse_args(argv)
+        if args.command is None:
+            _parser().print_help()
+            return EXIT_USAGE
         return args.run(args)
     except UsageError as e:
         print(f"constrained: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except Exception as e:  # a failure past input checking (model load, backend): still one line
+        print(f"constrained: error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="constrained", description="Schema- and regex-constrained generation.")
-    sub = p.add_subparsers(dest="command")
-
+    p = _Parser(prog="constrained", description="Schema- and regex-constrained generation.")
+    sub = p.add_subparsers(dest="command", parser_class=_Parser)
     g = sub.add_parser("generate", help="generate text that matches a JSON schema or a regex")
-    g.add_argument("--model", help="model directory or name (default: a tiny local model with random weights)")
+    g.add_argument("--model", help="model directory (default: a tiny local model with RANDOM weights)")
     g.add_argument("--backend", choices=["mlx", "hf"], default=None, help="default: mlx when installed, else hf")
     src = g.add_mutually_exclusive_group()
     src.add_argument("--schema", help="JSON schema: a file path, or inline JSON starting with '{'")
     src.add_argument("--regex", help="regular expression the whole output must match")
     g.add_argument("--prompt", help="prompt text")
     g.add_argument("--chat", action="store_true", help="apply the tokenizer's chat template to the prompt")
-    g.add_argument("--input", help="JSONL file of requests: {prompt, schema?|regex?, n?, max_tokens?}")
+    g.add_argument("--input", help="JSONL file of requests: {prompt, schema?|regex?, n?, max_tokens?, ...}")
     g.add_argument("--output", help="JSONL file for the results of --input (default: stdout)")
     g.add_argument("-n", type=int, default=1, help="samples per prompt")
     g.add_argument("--max-tokens", type=int, default=256)
     g.add_argument("--temperature", type=float, default=1.0)
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--seed", type=int, default=None)
-    g.add_argument("--strict", action="store_true", help="treat missing additionalProperties as false")
+    g.add_argument("--strict", action="store_true", help="schemas: missing additionalProperties means false")
+    g.add_argument("--whitespace", choices=["default", "compact"], default="default",
+                   help="schemas: whitespace allowed between JSON tokens (always bounded)")
     g.set_defaults(run=_run_generate)
-
-    b = sub.add_parser("bench", help="run the benchmark suites (see bench/README)")
-    b.add_argument("rest", nargs=argparse.REMAINDER)
-    b.set_defaults(run=_run_bench)
     return p
 
 
-# ---------------------------------------------------------------------------
-# generate
+# ---------------------------------------------------------------------------- generate
 
 
 def _run_generate(args: argparse.Namespace) -> int:
-    requests = _requests(args)
+    requests = _requests(args)  # every input check happens before the (slow) model load
+    started = time.perf_counter()
     model, note = _load_model(args)
+    load_s = time.perf_counter() - started
     if note:
         print(note, file=sys.stderr)
-    from constrained.generate import GenerationRequest, generate_batch
+    from constrained.generation import generate_batch
 
-    batch = [GenerationRequest(**r) for r in requests]
+    stats_before = dict(model.stats)
     started = time.perf_counter()
-    results = generate_batch(model, batch, progress=args.input is not None)
+    results = generate_batch(model, requests, progress=args.input is not None)
     elapsed = time.perf_counter() - started
-    _write_results(args, requests, results)
-    _print_summary(results, elapsed, model)
-    return 0
+    status = _write_results(args, requests, results)
+    _print_summary(results, elapsed, load_s, model, stats_before)
+    return status
 
 
-def _requests(args: argparse.Namespace) -> list[dict[str, Any]]:
-    common = dict(
-        max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
-        seed=args.seed, n=args.n, chat=args.chat, strict=args.strict,
-    )
-    _check_positive("-n", args.n)
-    _check_positive("--max-tokens", args.max_tokens)
+def _requests(args: argparse.Namespace) -> list[Any]:
+    from constrained.generation import GenerationRequest
+
+    common = dict(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
+                  seed=args.seed, n=args.n, chat=args.chat)
     if args.input:
-        if args.prompt or args.schema or args.regex:
-            pass  # per-line values win; these act as defaults
+        if args.prompt is not None:
+            raise UsageError("give --prompt or --input, not both")
         return [_request_from_line(line, i, args, common) for i, line in _read_lines(args.input)]
     if args.prompt is None:
         raise UsageError("give --prompt TEXT (or --input FILE.jsonl)")
-    constraint = _constraint(args.schema, args.regex, "--schema")
-    return [dict(prompt=args.prompt, **constraint, **common)]
+    if args.output:
+        raise UsageError("--output goes with --input; single mode prints to stdout")
+    request = GenerationRequest(prompt=args.prompt, **common, **_constraint(args.schema, args.regex, args, None))
+    _check(request, "")
+    return [request]
 
 
-def _check_positive(flag: str, value: int) -> None:
-    if value < 1:
-        raise UsageError(f"{flag} must be a positive integer, got {value}")
+def _check(request: Any, where: str) -> None:
+    try:
+        request.check()
+    except ValueError as e:
+        raise UsageError(f"{where}{e}") from None
 
 
-def _constraint(schema: Any, regex: str | None, where: str) -> dict[str, Any]:
+def _constraint(schema: Any, regex: Any, args: argparse.Namespace, where: str | None) -> dict[str, Any]:
+    """``{"schema"|"regex": ..., "options": ...}``, checked by compiling it to a grammar (no model needed).
+
+    `where` names the input line in batch mode; None means the command line flags.
+    """
     from constrained.errors import ConstraintError
 
     if regex is not None:
+        where = where or "--regex"
+        if not isinstance(regex, str):
+            raise UsageError(f"{where}: \"regex\" must be a string, got {regex!r}")
         from grammars.regex import regex_grammar
 
         try:
             regex_grammar(regex)
         except ConstraintError as e:
-            raise UsageError(str(e)) from None
+            raise UsageError(f"{where}: bad regex {regex!r}: {e}") from None
         return {"regex": regex}
     if schema is None:
-        raise UsageError("give a constraint: --schema FILE.json or --regex PATTERN")
+        return {}  # unconstrained
+    where = where or "--schema"
     if isinstance(schema, str):
         schema = _load_schema_arg(schema, where)
+    options = {"strict": args.strict, "whitespace": args.whitespace}
     from grammars.json_schema import json_schema_grammar
 
     try:
-        json_schema_grammar(schema)
-    except ConstraintError as e:
+        json_schema_grammar(schema, **options)
+    except (ConstraintError, ValueError, TypeError) as e:
         raise UsageError(f"{where}: {e}") from None
-    return {"schema": schema}
+    return {"schema": schema, "options": options}
 
 
 def _load_schema_arg(value: str, where: str) -> Any:
     text, origin = value, "inline schema"
-    if not value.lstrip().startswith("{"):
+    if not value.lstrip().startswith(("{", "[")) and value.strip() not in ("true", "false"):
         path = Path(value)
         if not path.is_file():
             raise UsageError(f"{where}: no such file: {value}")
@@ -159,24 +194,31 @@ def _read_lines(path: str) -> list[tuple[int, str]]:
     return lines
 
 
-def _request_from_line(line: str, lineno: int, args: argparse.Namespace, common: dict) -> dict[str, Any]:
+_LINE_KEYS = {"prompt", "schema", "regex", "n", "max_tokens", "temperature", "top_p", "seed", "chat"}
+
+
+def _request_from_line(line: str, lineno: int, args: argparse.Namespace, common: dict[str, Any]) -> Any:
+    from constrained.generation import GenerationRequest
+
     where = f"{args.input}:{lineno}"
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as e:
         raise UsageError(f"{where}: not valid JSON: {e}") from None
-    if not isinstance(obj, dict) or not isinstance(obj.get("prompt", args.prompt), str):
+    if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str):
         raise UsageError(f"{where}: each line must be an object with a string \"prompt\"")
-    schema = obj.get("schema", None if "regex" in obj else args.schema)
-    regex = obj.get("regex", None if "schema" in obj else args.regex)
-    if schema is not None and regex is not None:
+    unknown = sorted(set(obj) - _LINE_KEYS)
+    if unknown:
+        raise UsageError(f"{where}: unknown key(s) {unknown}; expected some of {sorted(_LINE_KEYS)}")
+    if "schema" in obj and "regex" in obj:
         raise UsageError(f"{where}: give either \"schema\" or \"regex\", not both")
-    request = dict(common)
-    for key in ("n", "max_tokens", "temperature", "top_p", "seed"):
-        if key in obj:
-            request[key] = obj[key]
-    request["prompt"] = obj.get("prompt", args.prompt)
-    request.update(_constraint(schema, regex, where))
+    # A line's own constraint replaces the command line's; otherwise --schema / --regex apply.
+    own = "schema" in obj or "regex" in obj
+    schema = obj.get("schema") if own else args.schema
+    regex = obj.get("regex") if own else args.regex
+    fields = {**common, **{k: obj[k] for k in _LINE_KEYS - {"prompt", "schema", "regex"} if k in obj}}
+    request = GenerationRequest(prompt=obj["prompt"], **fields, **_constraint(schema, regex, args, where))
+    _check(request, f"{where}: ")
     return request
 
 
@@ -184,24 +226,64 @@ def _load_model(args: argparse.Namespace) -> tuple[Any, str]:
     from constrained.errors import BackendUnavailableError
 
     backend = args.backend or _default_backend()
-    note = ""
-    name = args.model
     try:
-        if name is None:
+        if args.model is None:
             from backends.tiny import tiny_model_dir
 
-            name = str(tiny_model_dir("llama", "llama-bpe"))
-            note = (
-                f"note: no --model given; using the project's tiny local model at {name}. "
-                "Its weights are random: the output is valid for the constraint but its content is meaningless."
-            )
-        elif not Path(name).exists():
-            raise UsageError(f"--model: no such model directory: {name} (downloads from a model hub are not attempted)")
-        from backends.base import load_model_by_name
+            path = str(tiny_model_dir(TINY_ARCH, TINY_VOCAB))
+            note = (f"note: no --model given, using the tiny local model at {path}. Its weights are RANDOM: "
+                    "the output is valid for the constraint, but its content is meaningless.")
+            return _tiny_lm(path, backend), note
+        if not Path(args.model).is_dir():
+            raise UsageError(f"--model: no such model directory: {args.model} (nothing is downloaded from a model hub)")
+        from constrained.generation import resolve_model
 
-        return load_model_by_name(name, backend=backend), note
+        return resolve_model(args.model, backend), ""
     except BackendUnavailableError as e:
         raise UsageError(str(e)) from None
+
+
+_tiny_lms: dict[tuple[str, str], Any] = {}
+
+
+def _tiny_lm(path: str, backend: str) -> Any:
+    """The tiny model, loading its tokenizer class directly.
+
+    Its directory pins ``PreTrainedTokenizerFast``; skipping `AutoTokenizer`'s
+    class resolution saves seconds of imports on every cold start.
+    """
+    key = (path, backend)
+    if key not in _tiny_lms:
+        from backends.base import load_model_by_name  # noqa: F401  (raises BackendUnavailableError early)
+
+        def tokenizer() -> Any:
+            from transformers import PreTrainedTokenizerFast
+
+            return PreTrainedTokenizerFast.from_pretrained(path)
+
+        if backend == "mlx":
+            from backends.mlx import MLXLM
+
+            def loader() -> tuple[Any, Any]:
+                from mlx_lm.utils import load_model
+
+                return load_model(Path(path))[0], tokenizer()
+
+            lm: Any = MLXLM(loader=loader)
+        else:
+            from backends.hf import HFLM
+
+            def loader() -> tuple[Any, Any]:
+                import torch
+                from transformers import AutoModelForCausalLM
+
+                model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, local_files_only=True)
+                return model, tokenizer()
+
+            lm = HFLM(loader=loader)
+        lm.ensure_loaded()
+        _tiny_lms[key] = lm
+    return _tiny_lms[key]
 
 
 def _default_backend() -> str:
@@ -210,46 +292,42 @@ def _default_backend() -> str:
     return "mlx" if importlib.util.find_spec("mlx_lm") and importlib.util.find_spec("mlx") else "hf"
 
 
-def _write_results(args: argparse.Namespace, requests: list[dict], results: list[list[Any]]) -> None:
+def _write_results(args: argparse.Namespace, requests: list[Any], results: list[list[Any]]) -> int:
+    """Write the samples; returns 0 when every sample completed, else 1."""
     if args.input:
         out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
         try:
             for req, samples in zip(requests, results):
-                row = {"prompt": req["prompt"], "samples": [s.to_dict() for s in samples]}
+                prompt = req.prompt if isinstance(req.prompt, str) else list(req.prompt)
+                row = {"prompt": prompt, "samples": [s.to_dict() for s in samples]}
                 out.write(json.dumps(row, ensure_ascii=False) + "\n")
         finally:
             if out is not sys.stdout:
                 out.close()
-        return
-    for sample in results[0]:
-        print(sample.text if sample.status == "complete" else f"[{sample.status}] {sample.text}")
+    else:
+        for i, sample in enumerate(results[0]):
+            if sample.status != "complete":
+                why = sample.error or f"cut off after {len(sample.token_ids)} tokens; raise --max-tokens"
+                print(f"constrained: sample {i}: {sample.status}: {why}", file=sys.stderr)
+            elif requests[0].schema is not None:
+                print(json.dumps(sample.to_dict()["value"], ensure_ascii=False))
+            else:
+                print(sample.text)
+    return 0 if all(s.status == "complete" for row in results for s in row) else 1
 
 
-def _print_summary(results: list[list[Any]], elapsed: float, model: Any) -> None:
+def _print_summary(results: list[list[Any]], elapsed: float, load_s: float, model: Any, before: dict[str, int]) -> None:
     samples = [s for row in results for s in row]
     tokens = sum(len(s.token_ids) for s in samples)
     complete = sum(s.status == "complete" for s in samples)
-    compile_ms = sum(s.compile_ms for row in results for s in row[:1])
-    stats = getattr(model, "stats", None)
-    hits = getattr(stats, "cache_hits", None) if stats is not None else None
-    hit_text = f", cache hits {hits}" if hits is not None else ""
+    compile_ms = sum(row[0].compile_ms for row in results if row)
+    stats = {k: v - before.get(k, 0) for k, v in model.stats.items()}
     print(
         f"{len(samples)} samples ({complete} complete), {tokens} tokens in {elapsed:.2f} s "
-        f"({tokens / max(elapsed, 1e-9):.1f} tok/s), compile {compile_ms:.1f} ms{hit_text}",
+        f"({tokens / max(elapsed, 1e-9):.1f} tok/s); compile {compile_ms:.1f} ms; model load {load_s:.2f} s; "
+        f"cache hits: kv {stats.get('kv_cache_hits', 0)}, logprobs {stats.get('logprob_cache_hits', 0)}",
         file=sys.stderr,
     )
-
-
-# ---------------------------------------------------------------------------
-# bench
-
-
-def _run_bench(args: argparse.Namespace) -> int:
-    try:
-        from bench.__main__ import main as bench_main
-    except ImportError:
-        raise UsageError("the benchmarks run from a source checkout: `python -m bench` in the repository root") from None
-    return bench_main(args.rest)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -152,9 +153,12 @@ class MLXLogitsProcessor:
     """An mlx-lm logits processor: `proc(tokens, logits) -> logits`.
 
     `tokens` is the 1-D array of prompt + generated ids and `logits` has shape
-    `(1, V)`. Masked entries become `-inf`; the mask is unpacked from the
-    guide's int32 bitmask with plain `mx` ops, so it runs on every MLX device.
-    Use one processor per sequence (per BatchGenerator row).
+    `(1, V)`. Masked entries become `-inf` through a plain `mx.where`, so it
+    runs on every MLX device. The boolean mask of each FSM state is unpacked
+    from its int32 bitmask once and kept in a small per-FSM cache shared by
+    all processors of that constraint: decoding mostly revisits a few states
+    (inside strings, between fields).
+    Use one processor per sequence (per BatchGenerator row); `reset()` to reuse.
     """
 
     def __init__(self, fsm: TokenFSM) -> None:
@@ -165,12 +169,55 @@ class MLXLogitsProcessor:
     def guide(self) -> Guide:
         return self.cursor.guide
 
+    def reset(self) -> None:
+        """Start over for a new prompt."""
+        self.cursor.reset()
+
     def __call__(self, tokens: mx.array, logits: mx.array) -> mx.array:
         import mlx.core as mx
 
-        self.cursor.sync(tokens.size, lambda start: tokens[start:].tolist())
-        packed = mx.array(self.cursor.bitmask(self.words))
-        return apply_mlx_bitmask(logits, packed)
+        cursor = self.cursor
+        cursor.sync(tokens.size, lambda start: tokens[start:].tolist())
+        done = cursor.failed or cursor.guide.is_finished()
+        key = (-1 if done else cursor.guide.state, logits.shape[-1])
+        masks = _mlx_mask_cache(cursor.fsm)
+        allowed = masks.get(key)
+        if allowed is None:
+            allowed = masks[key] = _unpack_mlx(cursor.bitmask(self.words), logits.shape[-1])
+            if len(masks) > _MLX_MASKS_PER_FSM:
+                masks.popitem(last=False)
+        return mx.where(allowed, logits, mx.array(-mx.inf, dtype=logits.dtype))
+
+
+# Unpacked boolean masks per FSM: (state, logits width) -> mx bool array (V bytes each).
+_MLX_MASKS_PER_FSM = 64
+_MLX_MASKS: "weakref.WeakKeyDictionary[Any, OrderedDict[tuple[int, int], Any]]" = weakref.WeakKeyDictionary()
+
+
+def _mlx_mask_cache(fsm: TokenFSM) -> OrderedDict[tuple[int, int], Any]:
+    cache = _MLX_MASKS.get(fsm)
+    if cache is None:
+        with _VOCABS_LOCK:
+            cache = _MLX_MASKS.setdefault(fsm, OrderedDict())
+    return cache
+
+
+def _unpack_mlx(packed: Any, vocab_cols: int) -> mx.array:
+    """Boolean row of `vocab_cols` entries from a packed int32 bitmask (columns past it: False).
+
+    The bits are unpacked with numpy (one pass over ~V/8 bytes, ~10x faster
+    than the equivalent shifts in `mx` on CPU), and the row is copied into an
+    `mx.array`, which lives on whatever device MLX uses.
+    """
+    import mlx.core as mx
+
+    words = np.asarray(packed, dtype=np.int32).reshape(-1)
+    bits = np.unpackbits(words.view(np.uint8), bitorder="little")[:vocab_cols].astype(bool)
+    if len(bits) < vocab_cols:
+        bits = np.concatenate([bits, np.zeros(vocab_cols - len(bits), dtype=bool)])
+    allowed = mx.array(bits)
+    mx.eval(allowed)
+    return allowed
 
 
 def apply_mlx_bitmask(logits: mx.array, packed: mx.array) -> mx.array:
@@ -178,16 +225,14 @@ def apply_mlx_bitmask(logits: mx.array, packed: mx.array) -> mx.array:
 
     Columns beyond the bitmask (a model with more rows than the vocabulary)
     are masked too.
+
+    Example:
+        >>> apply_mlx_bitmask(mx.zeros((1, 3)), mx.array([0b101], dtype=mx.int32)).tolist()  # doctest: +SKIP
+        [[0.0, -inf, 0.0]]
     """
     import mlx.core as mx
 
-    vocab_cols = logits.shape[-1]
-    shifts = mx.arange(32, dtype=mx.int32)
-    bits = mx.right_shift(packed[:, None], shifts[None, :]) & 1
-    allowed = bits.reshape(-1)[:vocab_cols].astype(mx.bool_)
-    if allowed.shape[0] < vocab_cols:
-        pad = mx.zeros((vocab_cols - allowed.shape[0],), dtype=mx.bool_)
-        allowed = mx.concatenate([allowed, pad])
+    allowed = _unpack_mlx(packed, logits.shape[-1])
     return mx.where(allowed, logits, mx.array(-mx.inf, dtype=logits.dtype))
 
 

@@ -1,0 +1,118 @@
+"""The `constrained generate` command: the tiny-model main job, batch JSONL mode, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from constrained.cli import main
+
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 10}, "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str], str]:
+    code = main(["generate", *argv])
+    out, err = capsys.readouterr()
+    return code, out.splitlines(), err
+
+
+def test_default_tiny_model_prints_valid_samples_and_a_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    code, lines, err = _run(capsys, "--schema", json.dumps(PERSON), "--prompt", "A person:", "-n", "3",
+                            "--seed", "0", "--whitespace", "compact", "--max-tokens", "64")
+    assert "RANDOM" in err and "meaningless" in err  # says plainly the content means nothing
+    summary = err.strip().splitlines()[-1]
+    assert re.search(r"tok/s\); compile [0-9.]+ ms; model load [0-9.]+ s; cache hits: kv \d+, logprobs \d+", summary)
+    notes = [e for e in err.splitlines() if e.startswith("constrained: sample")]
+    assert len(lines) + len(notes) == 3 and len(lines) >= 2
+    assert code == (0 if not notes else 1)
+    for line in lines:
+        jsonschema.validate(json.loads(line), PERSON)
+
+
+def test_regex_and_schema_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, lines, _ = _run(capsys, "--regex", "[0-9]{3}-[0-9]{4}", "--prompt", "Phone:", "-n", "2", "--seed", "1")
+    assert code == 0 and len(lines) == 2 and all(re.fullmatch("[0-9]{3}-[0-9]{4}", s) for s in lines)
+    schema_file = tmp_path / "color.json"
+    schema_file.write_text(json.dumps({"enum": ["red", "green"]}))
+    code, lines, _ = _run(capsys, "--schema", str(schema_file), "--prompt", "Color:", "--temperature", "0")
+    assert code == 0 and json.loads(lines[0]) in ("red", "green")
+
+
+def test_batch_mode_jsonl(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    rows = [
+        {"prompt": "Person:", "schema": PERSON, "n": 2},
+        {"prompt": "Yes or no?", "regex": "(yes|no)"},
+        {"prompt": "Default constraint"},  # takes --regex from the command line
+    ]
+    src.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
+    code = main(["generate", "--input", str(src), "--output", str(dst), "--regex", "[ab]{2}", "--seed", "3",
+                 "--whitespace", "compact", "--max-tokens", "64"])
+    _, err = capsys.readouterr()
+    out = [json.loads(line) for line in dst.read_text().splitlines()]
+    assert [len(o["samples"]) for o in out] == [2, 1, 1] and [o["prompt"] for o in out] == [r["prompt"] for r in rows]
+    for s in out[0]["samples"]:
+        assert s["status"] == "max_tokens" or jsonschema.validate(s["value"], PERSON) is None
+    assert out[1]["samples"][0]["value"] in ("yes", "no")
+    assert re.fullmatch("[ab]{2}", out[2]["samples"][0]["text"])
+    assert "samples (" in err and code in (0, 1)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--schema", "/no/such.json", "--prompt", "x"], "--schema: no such file: /no/such.json"),
+        (["--schema", "{bad", "--prompt", "x"], "--schema: inline schema is not valid JSON"),
+        (["--schema", '{"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": true}}}',
+          "--prompt", "x"], "`uniqueItems` is not supported at $.properties.tags"),
+        (["--schema", '{"type": "string", "maxLength": -1}', "--prompt", "x"], "maxLength"),
+        (["--regex", "(ab", "--prompt", "x"], "--regex: bad regex '(ab'"),
+        (["--regex", "a", "--prompt", "x", "-n", "0"], "`n` must be a positive integer, got 0"),
+        (["--regex", "a", "--prompt", "x", "--max-tokens", "abc"], "invalid int value: 'abc'"),
+        (["--regex", "a", "--prompt", "x", "--top-p", "2"], "`top_p` must be in (0, 1], got 2.0"),
+        (["--regex", "a", "--prompt", "x", "--temperature", "-1"], "`temperature` must be a finite number >= 0"),
+        (["--regex", "a", "--prompt", "x", "--model", "/no/model"], "--model: no such model directory: /no/model"),
+        (["--regex", "a"], "give --prompt TEXT"),
+        (["--input", "/no/in.jsonl"], "--input: no such file"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    code, lines, err = _run(capsys, *argv)
+    assert code == 2 and not lines
+    assert err.count("\n") == 1 and err.startswith("constrained: error: ") and message in err, err
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("{not json", "in.jsonl:1: not valid JSON"),
+        ('{"prompt": "x", "n": "3"}', "in.jsonl:1: `n` must be a positive integer, got '3'"),
+        ('{"prompt": "x", "regex": "[", "schema": {}}', "either \"schema\" or \"regex\""),
+        ('{"prompt": "x", "schema": {"type": "array", "contains": {"type": "integer"}}}', "in.jsonl:1: `contains`"),
+        ('{"prompt": "x", "temprature": 1}', "unknown key(s) ['temprature']"),
+        ('["x"]', "each line must be an object with a string \"prompt\""),
+    ],
+)
+def test_bad_jsonl_line(capsys: pytest.CaptureFixture[str], tmp_path: Path, line: str, message: str) -> None:
+    src = tmp_path / "in.jsonl"
+    src.write_text(line + "\n")
+    code, _, err = _run(capsys, "--input", str(src))
+    assert code == 2 and err.count("\n") == 1 and message in err, err
+
+
+def test_module_entry_point_reports_errors_without_traceback() -> None:
+    proc = subprocess.run([sys.executable, "-m", "constrained", "generate", "--regex", "a(?<=b)", "--prompt", "x"],
+                          capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[1])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("constrained: error: --regex: bad regex") and proc.stderr.count("\n") == 1
