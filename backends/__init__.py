@@ -1,7 +1,32 @@
 """Language-model backends: MLX (mlx-lm), Hugging Face (torch) and a deterministic mock.
 
 Frameworks are imported only by the submodule that needs them, so
-`import backends` works with neither installed.
+`import backends` works with neither installed; `backends.MLXLM` and
+`backends.HFLM` load their module on first access.
+
+Example:
+    >>> from backends import load_model_by_name          # doctest: +SKIP
+    >>> lm = load_model_by_name("path/to/model", backend="mlx")  # doctest: +SKIP
+    >>> lm.next_token_logprobs_sync([1, 2, 3]).shape      # doctest: +SKIP
 """
 
 from __future__ import annotations
+
+from typing import Any
+
+from backends.base import AsyncLM, load_model_by_name, sample_token
+from backends.mock import MockLM
+
+__all__ = ["AsyncLM", "HFLM", "MLXLM", "MockLM", "load_model_by_name", "sample_token"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "MLXLM":
+        from backends.mlx import MLXLM
+
+        return MLXLM
+    if name == "HFLM":
+        from backends.hf import HFLM
+
+        return HFLM
+    raise AttributeError(f"module 'backends' has no attribute {name!r}")

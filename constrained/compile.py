@@ -74,7 +74,10 @@ def compile_grammar(grammar, vocab: "Vocabulary") -> TokenFSM:
     """Token FSM of a `grammars.ast.Grammar` (not cached)."""
     from grammars.dfa import LazyDFA
 
-    return TokenFSM(LazyDFA(grammar), vocab)
+    # recursive grammars (JSON schema) say how deep their rule calls may nest
+    max_depth = grammar.info.get("max_depth")
+    dfa = LazyDFA(grammar) if max_depth is None else LazyDFA(grammar, max_depth=int(max_depth))
+    return TokenFSM(dfa, vocab)
 
 
 def clear_cache() -> None:

@@ -2,120 +2,209 @@
 
 Most decoding steps of a JSON document are inside a string, where nearly the
 whole vocabulary is allowed and the DFA simply loops on itself.  Walking the
-full trie there touches every node.  Following llguidance, we precompute for a
-few byte languages ("slices", e.g. JSON string characters) the set of tokens
-made only of slice characters, plus a small trie of all the *other* tokens.
+trie there touches every node.  Following llguidance, a *slice* is a small
+byte language (e.g. JSON string characters) with, precomputed once per
+vocabulary:
 
-When a DFA state `q` maps every string of the slice language back to `q`
-(checked on the product of `q` with the slice's tiny automaton), every slice
-token is allowed and leads back to `q`: we copy its precomputed bitmask and
-walk only the small complementary trie.
+- the tokens made only of slice characters (`member`, as a ready bitmask);
+- the trie nodes where a prefix first *leaves* the slice language (`exits`).
+
+When, from a DFA state `q`, every slice character leads to one state (up to
+equivalence) and so on character after character (a loop, or a counter such
+as `maxLength` that ends where every character is rejected; see
+`slice_view`), then every slice token is allowed (up to the counter's
+capacity) and its next state is known from its character count and how it
+ends; every trie node above an exit is alive in a known state.  So a visit is
+one bitmask copy plus a walk that starts at the exits, a few thousand nodes
+instead of a few hundred thousand.
+
+Two kinds of slices exist: UTF-8 ones built with the vocabulary (JSON string
+content, regex `.`), and ASCII byte-set ones (`[a-z ]*`, digits) built the
+first time a state loops on that byte set.
 
 Example:
     >>> table = utf8_table(excluded=b'"\\\\' + bytes(range(0x20)))
     >>> int(table[0, ord("a")]), int(table[0, ord('"')]), int(table[0, 0xC3]), int(table[1, 0xA9])
     (0, -1, 1, 0)
+    >>> len(table)   # one state per UTF-8 branch and position
+    19
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Sequence
 
 import numpy as np
 
 from constrained.vocab_trie import VocabTrie
+from grammars.ast import MAX_CODEPOINT, utf8_sequences
 
-__all__ = ["Slice", "SLICE_LANGUAGES", "utf8_table", "build_slice", "loops_on", "equivalent", "pack_bits"]
+__all__ = ["Slice", "UTF8_SLICES", "utf8_table", "byteset_table", "build_slice", "equivalent", "pack_bits"]
 
-# Slice automaton states: 0 is the start and the only accepting state.  The
-# others count the UTF-8 continuation bytes still owed (with the classic
-# narrower ranges after E0, ED, F0 and F4 that exclude overlong forms and surrogates).
-_CONT1, _CONT2, _CONT3, _E0, _ED, _F0, _F4 = range(1, 8)
-
-# Largest slices first: a state looping on a larger slice skips more tokens.
-SLICE_LANGUAGES: dict[str, bytes] = {
-    # regex `.`: any character but newline
-    "line": b"\n",
-    # JSON string contents: no quote, backslash or control character
+# name -> excluded ASCII bytes, in the order they are tried.
+UTF8_SLICES: dict[str, bytes] = {
+    # JSON string contents (no quote, backslash or control character): tried
+    # first, as most states of JSON documents are inside strings
     "json_string": b'"\\' + bytes(range(0x20)),
+    "line": b"\n",                                    # regex `.`: any character but newline
 }
 
-# Product states explored before giving up on a slice (UTF-8 needs ~8).
-_MAX_PRODUCT_STATES = 64
 # State pairs explored when proving two DFA states equivalent.
 _MAX_EQUIV_PAIRS = 256
+# Member bitmasks cached per slice (one per counter capacity / excluded first bytes).
+_MAX_CACHED_MASKS = 256
 
 
 def utf8_table(excluded: bytes = b"") -> np.ndarray:
-    """int16[8, 256] DFA accepting sequences of UTF-8 characters minus the `excluded` ASCII bytes."""
-    t = np.full((8, 256), -1, dtype=np.int16)
+    """int16[n, 256] DFA of sequences of UTF-8 characters minus the `excluded` ASCII bytes.
+
+    State 0 is the start and "between characters".  The other states follow
+    the canonical split of the non-ASCII code points into byte-range branches
+    (`grammars.ast.utf8_sequences`), one state per branch and position: the
+    grammars build their UTF-8 automata from the same split, so a DFA state
+    inside a character maps to exactly one slice state and no equivalence
+    proofs are needed.
+    """
+    branches = utf8_sequences(0x80, MAX_CODEPOINT)
+    t = np.full((1 + sum(len(br) - 1 for br in branches), 256), -1, dtype=np.int16)
     t[0, :0x80] = 0
     t[0, list(excluded)] = -1
-    t[0, 0xC2:0xE0] = _CONT1
-    t[0, 0xE0] = _E0
-    t[0, 0xE1:0xF0] = _CONT2
-    t[0, 0xED] = _ED
-    t[0, 0xF0] = _F0
-    t[0, 0xF1:0xF4] = _CONT3
-    t[0, 0xF4] = _F4
-    t[_CONT1, 0x80:0xC0] = 0
-    t[_CONT2, 0x80:0xC0] = _CONT1
-    t[_CONT3, 0x80:0xC0] = _CONT2
-    t[_E0, 0xA0:0xC0] = _CONT1
-    t[_ED, 0x80:0xA0] = _CONT1
-    t[_F0, 0x90:0xC0] = _CONT2
-    t[_F4, 0x80:0x90] = _CONT2
+    state = 0
+    for br in branches:
+        prev = 0
+        for k, (lo, hi) in enumerate(br):
+            nxt = 0 if k == len(br) - 1 else state + 1
+            t[prev, lo:hi + 1] = nxt
+            if nxt:
+                state = prev = nxt
+    return t
+
+
+def byteset_table(mask: int) -> np.ndarray:
+    """int16[1, 256] one-state DFA of strings over the bytes of `mask` (each byte is a character)."""
+    t = np.full((1, 256), -1, dtype=np.int16)
+    t[0, [b for b in range(256) if mask >> b & 1]] = 0
     return t
 
 
 @dataclass(frozen=True, eq=False)
 class Slice:
-    """Tokens made only of the slice's characters, and a trie of the others.
+    """Slice tokens and exit nodes of one slice language over one vocabulary trie.
+
+    A slice token may end inside a multi-byte character (byte-level BPE has
+    thousands of such tokens); `end` records the slice automaton state it ends
+    in, so that a state looping on the slice knows where each one leads.
 
     Attributes:
-        name: key of `SLICE_LANGUAGES`.
-        table: the slice automaton (see `utf8_table`).
-        member: bool[vocab size], True for slice tokens.
+        name: e.g. "json_string", or "bytes:<hex mask>" for byte-set slices.
+        table: the slice automaton, int16[n_states, 256] (-1: no move; 0 is
+            the start and "between characters").
+        end: int8[vocab size], slice state after the token; -1 if not a slice token.
+        complete: int16[vocab size], complete characters in the token.
+        started: int16[vocab size], characters the token starts (complete or not).
+        member: bool[vocab size], `end >= 0`.
         bitmask: packed int32 mask of the slice tokens.
-        complement: trie of every other (non-special) token.
+        max_started: the largest `started` of a slice token.
+        exits: trie nodes whose prefix leaves the slice language at their own
+            byte; `exit_from` / `exit_level` are the slice state / complete
+            characters just before that byte, `exit_first` the prefix's first byte.
+        used_from: bool[levels, n_states, 256], slice moves tokens make at
+            character level >= l (the last level repeats for deeper ones).
     """
 
     name: str
     table: np.ndarray
+    end: np.ndarray
+    complete: np.ndarray
+    started: np.ndarray
     member: np.ndarray
     bitmask: np.ndarray
-    complement: VocabTrie
+    max_started: int
+    exits: np.ndarray
+    exit_from: np.ndarray
+    exit_level: np.ndarray
+    exit_first: np.ndarray
+    used_from: np.ndarray
+    _masks: dict = field(default_factory=dict, repr=False)
+    _moves_at: dict = field(default_factory=dict, repr=False)
 
     @cached_property
-    def moves(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """Per slice state: (bytes completing a character, bytes continuing one, their next state)."""
-        out = []
-        for row in self.table:
-            done = np.flatnonzero(row == 0)
-            inner = np.flatnonzero(row > 0)
-            out.append((done, inner, row[inner].astype(np.int64)))
+    def moves(self) -> list[list[tuple[int, np.ndarray]]]:
+        """Per slice state: (next slice state, bytes leading there) groups."""
+        return [[(int(b), np.flatnonzero(row == b)) for b in np.unique(row[row >= 0])]
+                for row in self.table]
+
+    def moves_at(self, level: int) -> list[list[tuple[int, np.ndarray]]]:
+        """`moves` restricted to the moves tokens make at character level >= `level` (cached)."""
+        level = min(level, len(self.used_from) - 1)
+        out = self._moves_at.get(level)
+        if out is None:
+            used = self.used_from[level]
+            out = [[(b, ids[used[a, ids]]) for b, ids in groups if used[a, ids].any()]
+                   for a, groups in enumerate(self.moves)]
+            self._moves_at[level] = out
         return out
+
+    def member_bitmask(self, capacity: int, excluded: np.ndarray | None, first: np.ndarray) -> np.ndarray:
+        """Packed mask of slice tokens starting <= `capacity` characters, minus those whose
+        first byte is flagged in `excluded` (bool[256]); `first` is the vocabulary's first bytes."""
+        capacity = min(capacity, self.max_started)
+        key = (capacity, None if excluded is None else excluded.tobytes())
+        mask = self._masks.get(key)
+        if mask is None:
+            if excluded is None and capacity == self.max_started:
+                return self.bitmask
+            flags = self.member & (self.started <= capacity)
+            if excluded is not None:
+                flags &= ~excluded[first]
+            mask = pack_bits(flags, len(self.bitmask))
+            if len(self._masks) >= _MAX_CACHED_MASKS:
+                self._masks.pop(next(iter(self._masks)))
+            self._masks[key] = mask
+        return mask
 
     @property
     def nbytes(self) -> int:
-        return self.table.nbytes + self.member.nbytes + self.bitmask.nbytes + self.complement.nbytes
+        arrays = (self.table, self.end, self.complete, self.started, self.member, self.bitmask,
+                  self.exits, self.exit_from, self.exit_level, self.exit_first, self.used_from)
+        return sum(a.nbytes for a in arrays) + sum(m.nbytes for m in list(self._masks.values()))
 
 
-def build_slice(name: str, trie: VocabTrie, token_bytes: Sequence[bytes | None],
-                usable: np.ndarray, n_words: int) -> Slice:
-    """Split the `usable` tokens of `trie` into slice tokens and a complement trie."""
-    table = utf8_table(SLICE_LANGUAGES[name])
-    as_dfa = table.astype(np.int32)
-    identity = np.arange(256, dtype=np.int32)
-    ids, ends = trie.walk(0, identity, lambda: as_dfa, lambda s: None)
-    member = np.zeros(len(token_bytes), dtype=bool)
-    member[ids[ends == 0]] = True
-    member &= usable
-    rest = np.flatnonzero(usable & ~member)
-    return Slice(name, table, member, pack_bits(member, n_words),
-                 VocabTrie.build(token_bytes, rest.tolist()))
+def build_slice(name: str, table: np.ndarray, trie: VocabTrie, usable: np.ndarray, n_words: int) -> Slice:
+    """Slice tokens (among `usable`) and exit nodes of the language of `table` over `trie`."""
+    inside, count = trie.node_states(table.astype(np.int32))
+    size = len(usable)
+    end = np.full(size, -1, dtype=np.int8)
+    complete = np.zeros(size, dtype=np.int16)
+    end[trie.term_ids] = inside[trie.term_nodes]
+    complete[trie.term_ids] = count[trie.term_nodes]
+    end[~usable] = -1
+    member = end >= 0
+    started = complete + (end > 0)
+    parent = trie.parents
+    has_parent = parent >= 0
+    before = np.where(has_parent, inside[np.maximum(parent, 0)], 0)
+    exits = np.flatnonzero((inside < 0) & (before >= 0)).astype(np.int32)
+    parent_count = np.where(has_parent, count[np.maximum(parent, 0)], 0)
+    max_started = int(started[member].max()) if member.any() else 0
+    return Slice(name, table, end, complete, started, member, pack_bits(member, n_words), max_started,
+                 exits, before[exits].astype(np.int32), parent_count[exits].astype(np.int32),
+                 trie.root_byte[exits], _moves_used(inside, before, parent_count, trie.byte, len(table)))
+
+
+def _moves_used(inside, before, parent_count, byte, n_states: int) -> np.ndarray:
+    """bool[levels, n_states, 256]: slice moves some token makes at character level >= each level.
+
+    A DFA state need only follow the slice on the moves tokens make: deep
+    inside a counted string, tokens are ASCII runs, so there is no need to
+    check (and determinize) every 4-byte UTF-8 branch at level 60.
+    """
+    nodes = np.flatnonzero(inside >= 0)
+    levels = int(parent_count.max()) + 2 if len(parent_count) else 2
+    used = np.zeros((levels, n_states, 256), dtype=bool)
+    used[parent_count[nodes], before[nodes], byte[nodes]] = True
+    return np.logical_or.accumulate(used[::-1], axis=0)[::-1].copy()
 
 
 def pack_bits(flags: np.ndarray, n_words: int) -> np.ndarray:
@@ -123,41 +212,6 @@ def pack_bits(flags: np.ndarray, n_words: int) -> np.ndarray:
     padded = np.zeros(n_words * 32, dtype=bool)
     padded[: len(flags)] = flags
     return np.packbits(padded, bitorder="little").view("<i4").astype(np.int32, copy=False)
-
-
-def loops_on(dfa, q: int, sl: Slice) -> bool:
-    """True when every string of the slice language leads `dfa` from `q` back to `q`.
-
-    Explores the product of `q` with the slice automaton: every byte the slice
-    allows must keep the DFA alive, and completing a slice character must land
-    on `q`, or on a state proven equivalent to `q` (a lazily determinized DFA
-    is not minimal: `"a` and `"é` may reach different but equivalent states).
-    """
-    seen = {(q, 0)}
-    twins: set[int] = {q}
-    todo = [(q, 0)]
-    while todo:
-        s, a = todo.pop()
-        row = dfa.transitions(s)                 # int32[256], memoized by the DFA
-        done_bytes, inner_bytes, inner_next = sl.moves[a]
-        ends = row[done_bytes]                   # DFA states after a complete character
-        mids = row[inner_bytes]                  # ... and inside one
-        if (len(ends) and ends.min() < 0) or (len(mids) and mids.min() < 0):
-            return False
-        if len(ends) and not (ends == q).all():
-            for other in set(ends.tolist()) - twins:
-                if not equivalent(dfa, q, other):
-                    return False
-                twins.add(other)
-        if len(mids):
-            for key in set((mids.astype(np.int64) * 8 + inner_next).tolist()):
-                pair = (key >> 3, key & 7)
-                if pair not in seen:
-                    if len(seen) >= _MAX_PRODUCT_STATES:
-                        return False
-                    seen.add(pair)
-                    todo.append(pair)
-    return True
 
 
 def equivalent(dfa, a: int, b: int) -> bool:
@@ -171,8 +225,13 @@ def equivalent(dfa, a: int, b: int) -> bool:
         if x < 0 or y < 0 or bool(dfa.is_accepting(x)) != bool(dfa.is_accepting(y)):
             return False
         rx, ry = dfa.transitions(x), dfa.transitions(y)
-        for pair in set(zip(rx.tolist(), ry.tolist())):
-            if pair[0] != pair[1] and pair not in seen:
+        differ = rx != ry
+        if not differ.any():
+            continue
+        keys = np.unique((rx[differ].astype(np.int64) << 32) | (ry[differ].astype(np.int64) & 0xFFFFFFFF))
+        for key in keys.tolist():
+            pair = (key >> 32, (key & 0xFFFFFFFF) - ((key & 0x80000000) << 1))
+            if pair not in seen:
                 if len(seen) >= _MAX_EQUIV_PAIRS:
                     return False
                 seen.add(pair)

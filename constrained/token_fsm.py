@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from constrained.errors import IncompatibleVocabularyError
-from constrained.slices import Slice, loops_on, pack_bits
+from constrained.slice_view import SliceView, slice_view
+from constrained.slices import pack_bits
 from constrained.vocab_index import VocabIndex
 
 if TYPE_CHECKING:
@@ -42,6 +43,9 @@ FINISHED = -3
 # Forced byte strings longer than this are cut (a safety bound, not a limit users meet).
 _MAX_FORCED_BYTES = 4096
 _EMPTY = np.empty(0, dtype=np.int32)
+# A byte-set slice needs at least this many ASCII bytes going to one state
+# (fewer: the plain walk is cheap, and building a new slice costs ~10 ms).
+_MIN_BYTESET_SLICE = 8
 
 
 @dataclass(eq=False)
@@ -49,17 +53,17 @@ class StateMasks:
     """Everything the FSM knows about one DFA state (memoized on first visit).
 
     Attributes:
-        ids: sorted allowed non-EOS ids *not* covered by `slice`.
+        ids: sorted allowed non-EOS ids *not* covered by `view`.
         next: next DFA state of each of `ids`.
-        slice: when set, every token of the slice is also allowed and leads
-            back to this same state.
+        view: when set, the slice tokens it allows are allowed too, with
+            next states it knows (see `slice_view`).
         accepting: the text so far is a complete match (EOS allowed).
         bitmask: packed int32 mask of every allowed id, EOS included.
     """
 
     ids: np.ndarray
     next: np.ndarray
-    slice: Slice | None
+    view: SliceView | None
     accepting: bool
     bitmask: np.ndarray
     allowed: np.ndarray | None = None     # full sorted id list, built on demand
@@ -67,11 +71,12 @@ class StateMasks:
 
     @property
     def can_continue(self) -> bool:
-        return self.slice is not None or len(self.ids) > 0
+        return len(self.ids) > 0 or (self.view is not None and bool(self.view.bitmask().any()))
 
     @property
     def nbytes(self) -> int:
         n = self.ids.nbytes + self.next.nbytes + self.bitmask.nbytes
+        n += self.view.nbytes if self.view is not None else 0
         return n + (self.allowed.nbytes if self.allowed is not None else 0)
 
 
@@ -96,11 +101,12 @@ class TokenFSM:
         self.vocab = vocab
         self.index = VocabIndex.for_vocab(vocab)
         self.initial = int(dfa.initial)
-        self._slices = self.index.slices if use_slices else ()
+        self._use_slices = use_slices
         self._memo: dict[int, StateMasks] = {}
+        self._steps: dict = {}                    # per-state slice character steps (see slice_view)
         self._lock = threading.RLock()
         self._finished = StateMasks(_EMPTY, _EMPTY, None, True, self.index.eos_bitmask,
-                                    self.index.eos_ids, ())
+                                    allowed=self.index.eos_ids, forced=())
         self._check_initial()
 
     # -- public queries -----------------------------------------------------
@@ -136,8 +142,8 @@ class TokenFSM:
             return -1
         if token_id in self.index.eos_set:
             return FINISHED
-        if m.slice is not None and m.slice.member[token_id]:
-            return state
+        if m.view is not None and m.view.allows(token_id):
+            return m.view.next_state(token_id)
         i = int(np.searchsorted(m.ids, token_id))
         return int(m.next[i])
 
@@ -170,21 +176,57 @@ class TokenFSM:
     def _compute(self, state: int) -> StateMasks:
         dfa = self.dfa
         if state < 0:
-            return StateMasks(_EMPTY, _EMPTY, None, False, np.zeros(self.index.n_words, np.int32), _EMPTY, ())
+            return StateMasks(_EMPTY, _EMPTY, None, False, np.zeros(self.index.n_words, np.int32),
+                              allowed=_EMPTY, forced=())
         dfa.expand(np.array([state], dtype=np.int32))
         accepting = bool(dfa.is_accepting(state))
-        sl = next((s for s in self._slices if loops_on(dfa, state, s)), None)
-        trie = sl.complement if sl is not None else self.index.trie
-        ids, nxt = trie.walk(state, dfa.byte_class, lambda: dfa.table, dfa.expand)
+        view = self._find_view(state)
+        walk_args = (dfa.byte_class, lambda: dfa.table, dfa.expand)
+        trie = self.index.trie
+        if view is None:
+            ids, nxt = trie.walk(state, *walk_args)
+        else:
+            # nodes above the exits are inside the slice, in known states: start at the exits;
+            # tokens starting with an excluded byte are walked from their root
+            nodes, before = view.exit_frontier()
+            dfa.expand(np.unique(before))
+            starts = trie.step(before, nodes, *walk_args)
+            if view.excluded is not None:
+                roots = trie.root_of_byte[np.flatnonzero(view.excluded)]
+                roots = roots[roots >= 0]
+                nodes = np.concatenate((nodes, roots))
+                starts = np.concatenate((starts, dfa.transitions(state)[trie.byte[roots]]))
+            ids, nxt = trie.walk_from(nodes, starts, *walk_args)
         ids, nxt = self._sort(ids, nxt)
         flags = np.zeros(self.index.size, dtype=bool)
         flags[ids] = True
         bitmask = pack_bits(flags, self.index.n_words)
-        if sl is not None:
-            bitmask |= sl.bitmask
+        if view is not None:
+            bitmask |= view.bitmask()
         if accepting:
             bitmask |= self.index.eos_bitmask
-        return StateMasks(ids, nxt.astype(np.int32, copy=False), sl, accepting, bitmask)
+        return StateMasks(ids, nxt.astype(np.int32, copy=False), view, accepting, bitmask)
+
+    def _find_view(self, state: int) -> SliceView | None:
+        """The first slice `state` follows regularly (UTF-8 slices, then its ASCII byte set)."""
+        if not self._use_slices:
+            return None
+        first = self.index.first_byte
+        for sl in self.index.slices:
+            view = slice_view(self.dfa, state, sl, self._steps, first)
+            if view is not None:
+                return view
+        # the ASCII bytes leading to the most common next state, e.g. `[a-z]` in `[a-z]+`
+        row = self.dfa.transitions(state)[:128]
+        live = row[row >= 0]
+        if len(live) < _MIN_BYTESET_SLICE:
+            return None
+        values, counts = np.unique(live, return_counts=True)
+        if counts.max() < _MIN_BYTESET_SLICE:
+            return None
+        inner = np.flatnonzero(row == values[counts.argmax()])
+        mask = sum(1 << b for b in inner.tolist())
+        return slice_view(self.dfa, state, self.index.byteset_slice(mask), self._steps, first)
 
     def _sort(self, ids: np.ndarray, nxt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # Large sets: scatter into a dense row (O(vocab)) beats an O(n log n) sort.
@@ -197,7 +239,7 @@ class TokenFSM:
         return sorted_ids, dense[sorted_ids]
 
     def _materialize(self, m: StateMasks) -> np.ndarray:
-        if m.slice is None:
+        if m.view is None:
             eos = self.index.eos_ids if m.accepting else _EMPTY
             return np.union1d(m.ids, eos).astype(np.int32) if len(eos) else m.ids
         bits = np.unpackbits(m.bitmask.view(np.uint8), bitorder="little")[: self.index.size]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from constrained.slices import SLICE_LANGUAGES, Slice, build_slice, pack_bits
+from constrained.slices import UTF8_SLICES, Slice, build_slice, byteset_table, pack_bits, utf8_table
 from constrained.vocab_trie import VocabTrie
 
 if TYPE_CHECKING:
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 __all__ = ["VocabIndex"]
 
 _CACHE_SIZE = 4
+# Byte-set slices kept per vocabulary (each ~0.6 MB on a 128k vocabulary).
+_BYTESET_SLICES = 32
 
 
 class VocabIndex:
@@ -48,7 +50,7 @@ class VocabIndex:
     _cache: "OrderedDict[str, VocabIndex]" = OrderedDict()
     _lock = threading.Lock()
 
-    def __init__(self, vocab: "Vocabulary", slices: tuple[str, ...] = tuple(SLICE_LANGUAGES)) -> None:
+    def __init__(self, vocab: "Vocabulary") -> None:
         self.token_bytes = tuple(vocab.token_bytes)
         self.size = int(vocab.size)
         self.n_words = (self.size + 31) // 32
@@ -62,14 +64,34 @@ class VocabIndex:
         usable_ids = np.flatnonzero(self.usable).tolist()
         self.trie = VocabTrie.build(self.token_bytes, usable_ids)
         self.slices: tuple[Slice, ...] = tuple(
-            build_slice(name, self.trie, self.token_bytes, self.usable, self.n_words) for name in slices
+            build_slice(name, utf8_table(excluded), self.trie, self.usable, self.n_words)
+            for name, excluded in UTF8_SLICES.items()
         )
+        self._byteset_slices: "OrderedDict[int, Slice]" = OrderedDict()
+        self._slice_lock = threading.Lock()
         self.first_bytes = frozenset(self.trie.byte[: self.trie.n_roots].tolist())
+        # each token's first byte (0 for unusable ones), to exclude tokens by how they start
+        self.first_byte = np.array([b[0] if b else 0 for b in self.token_bytes], dtype=np.uint8)
 
     @property
     def nbytes(self) -> int:
-        return (self.trie.nbytes + sum(s.nbytes for s in self.slices) + self.usable.nbytes
+        slices = list(self.slices) + list(self._byteset_slices.values())
+        return (self.trie.nbytes + sum(s.nbytes for s in slices) + self.usable.nbytes
                 + self.eos_bitmask.nbytes)
+
+    def byteset_slice(self, mask: int) -> Slice:
+        """The slice of strings over the bytes of `mask` (built on first use, then cached)."""
+        with self._slice_lock:
+            hit = self._byteset_slices.get(mask)
+            if hit is not None:
+                self._byteset_slices.move_to_end(mask)
+                return hit
+        sl = build_slice(f"bytes:{mask:x}", byteset_table(mask), self.trie, self.usable, self.n_words)
+        with self._slice_lock:
+            self._byteset_slices[mask] = sl
+            while len(self._byteset_slices) > _BYTESET_SLICES:
+                self._byteset_slices.popitem(last=False)
+        return sl
 
     @classmethod
     def for_vocab(cls, vocab: "Vocabulary") -> "VocabIndex":

@@ -71,6 +71,7 @@ class VocabTrie:
         term_ids: int32, token ids grouped by their final node.
         n_roots: number of depth-0 nodes (they are nodes 0..n_roots-1).
         n_tokens: number of tokens stored.
+        level_lo: int32[depth + 1], first node of each level (and n_nodes).
     """
 
     byte: np.ndarray
@@ -81,6 +82,7 @@ class VocabTrie:
     term_ids: np.ndarray
     n_roots: int
     n_tokens: int
+    level_lo: np.ndarray
 
     @property
     def n_nodes(self) -> int:
@@ -119,8 +121,14 @@ class VocabTrie:
         node instead of ~30 us of numpy call overhead.
         """
         nodes = np.arange(self.n_roots, dtype=np.int32)
-        states = self._step(np.full(self.n_roots, start, dtype=np.int32), nodes,
-                            byte_class, get_table, expand)
+        states = self.step(np.full(self.n_roots, start, dtype=np.int32), nodes,
+                           byte_class, get_table, expand)
+        return self.walk_from(nodes, states, byte_class, get_table, expand)
+
+    def walk_from(self, nodes: np.ndarray, states: np.ndarray, byte_class: np.ndarray,
+                  get_table: Callable[[], np.ndarray], expand: Callable[[np.ndarray], None],
+                  ) -> tuple[np.ndarray, np.ndarray]:
+        """Like `walk`, from given nodes whose DFA states (after their byte) are known (-1: dead)."""
         # alive (node, state) pairs; their tokens are gathered once at the end
         alive_nodes: list[np.ndarray] = []
         alive_states: list[np.ndarray] = []
@@ -131,7 +139,7 @@ class VocabTrie:
                 (nodes, states), (wide, wide_states) = small.walk(nodes, states)
                 if len(wide):
                     children, owner = expand_ranges(self.child_lo[wide], self.child_hi[wide])
-                    child_states = self._step(wide_states[owner], children, byte_class, get_table, expand)
+                    child_states = self.step(wide_states[owner], children, byte_class, get_table, expand)
                     nodes = np.concatenate((nodes, children))
                     states = np.concatenate((states, child_states))
                 continue
@@ -141,15 +149,16 @@ class VocabTrie:
             alive_states.append(states)
             children, owner = expand_ranges(self.child_lo[nodes], self.child_hi[nodes])
             nodes = children
-            states = self._step(states[owner], children, byte_class, get_table, expand)
+            states = self.step(states[owner], children, byte_class, get_table, expand)
         alive_nodes.append(np.array(small.nodes, dtype=np.int32))
         alive_states.append(np.array(small.states, dtype=np.int32))
         nodes, states = np.concatenate(alive_nodes), np.concatenate(alive_states)
         tok_idx, owner = expand_ranges(self.term_lo[nodes], self.term_hi[nodes])
         return self.term_ids[tok_idx], states[owner]
 
-    def _step(self, states, nodes, byte_class, get_table, expand) -> np.ndarray:
-        """DFA transition of each (state, byte of node); computes missing rows."""
+    def step(self, states: np.ndarray, nodes: np.ndarray, byte_class: np.ndarray,
+             get_table: Callable[[], np.ndarray], expand: Callable[[np.ndarray], None]) -> np.ndarray:
+        """DFA transition from each state on the byte of the matching node; computes missing rows."""
         classes = byte_class[self.byte[nodes]]
         nxt = get_table()[states, classes]
         missing = nxt == -2
@@ -158,6 +167,52 @@ class VocabTrie:
             expand(np.unique(states[missing]))
             nxt[missing] = get_table()[states[missing], classes[missing]]
         return nxt
+
+    @cached_property
+    def parents(self) -> np.ndarray:
+        """int32[n_nodes]: parent of each node, -1 for roots."""
+        parent = np.full(self.n_nodes, -1, dtype=np.int32)
+        parent[self.n_roots:] = np.repeat(np.arange(self.n_nodes, dtype=np.int32), self.child_hi - self.child_lo)
+        return parent
+
+    @cached_property
+    def term_nodes(self) -> np.ndarray:
+        """int32[len(term_ids)]: the node each entry of `term_ids` ends at."""
+        return np.repeat(np.arange(self.n_nodes, dtype=np.int32), self.term_hi - self.term_lo)
+
+    def node_states(self, table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Run a small automaton (`table[state, byte]`, start 0) down the trie.
+
+        Returns int32[n_nodes] states after each node's prefix (-1: rejected)
+        and int16[n_nodes] counts of the times the prefix entered state 0
+        (for a UTF-8 slice automaton: the complete characters in the prefix).
+        """
+        parent = self.parents
+        out = np.full(self.n_nodes, -1, dtype=np.int32)
+        count = np.zeros(self.n_nodes, dtype=np.int16)
+        out[: self.n_roots] = table[0, self.byte[: self.n_roots]]
+        count[: self.n_roots] = out[: self.n_roots] == 0
+        for lo, hi in zip(self.level_lo[1:-1].tolist(), self.level_lo[2:].tolist()):
+            ps = out[parent[lo:hi]]
+            out[lo:hi] = np.where(ps >= 0, table[np.maximum(ps, 0), self.byte[lo:hi]], -1)
+            count[lo:hi] = count[parent[lo:hi]] + (out[lo:hi] == 0)
+        return out, count
+
+    @cached_property
+    def root_byte(self) -> np.ndarray:
+        """uint8[n_nodes]: first byte of each node's prefix."""
+        out = self.byte.copy()
+        parent = self.parents
+        for lo, hi in zip(self.level_lo[1:-1].tolist(), self.level_lo[2:].tolist()):
+            out[lo:hi] = out[parent[lo:hi]]
+        return out
+
+    @cached_property
+    def root_of_byte(self) -> np.ndarray:
+        """int32[256]: the root node spelling each byte, -1 if none."""
+        out = np.full(256, -1, dtype=np.int32)
+        out[self.byte[: self.n_roots]] = np.arange(self.n_roots, dtype=np.int32)
+        return out
 
     @cached_property
     def _views(self) -> tuple[memoryview, ...]:
@@ -272,7 +327,7 @@ def _build_sorted(cls, toks: list[bytes], tok_ids: np.ndarray) -> VocabTrie:
     n = len(toks)
     if n == 0:
         z = np.zeros(0, dtype=np.int32)
-        return cls(np.zeros(0, np.uint8), z, z, z, z, z, 0, 0)
+        return cls(np.zeros(0, np.uint8), z, z, z, z, z, 0, 0, np.zeros(1, np.int32))
     lens = np.fromiter((len(t) for t in toks), dtype=np.int64, count=n)
     lcp = _lcp(toks)
     offs = np.concatenate(([0], np.cumsum(lens)[:-1]))
@@ -309,4 +364,4 @@ def _build_sorted(cls, toks: list[bytes], tok_ids: np.ndarray) -> VocabTrie:
     term_lo = np.searchsorted(term_node[by_node], np.arange(n_nodes)).astype(np.int32)
     term_hi = np.searchsorted(term_node[by_node], np.arange(n_nodes), side="right").astype(np.int32)
     return cls(byte.astype(np.uint8), child_lo, child_hi, term_lo, term_hi,
-               term_ids.astype(np.int32), int(level_lo[1]), n)
+               term_ids.astype(np.int32), int(level_lo[1]), n, level_lo.astype(np.int32))

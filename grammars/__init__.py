@@ -6,7 +6,7 @@ libraries; it never imports `constrained` or `backends`.
 
 from __future__ import annotations
 
-from grammars.errors import (
+from grammars.errors import (  # noqa: I001 (errors first: the compilers import them)
     ConstraintError,
     InvalidSchemaError,
     RegexSyntaxError,
@@ -15,7 +15,19 @@ from grammars.errors import (
     UnsupportedSchemaError,
 )
 
+from grammars.ast import Grammar
+from grammars.dfa import DEAD, LazyDFA, compile_dfa
+from grammars.json_schema import json_schema_grammar
+from grammars.regex import regex_grammar, regex_node
+
 __all__ = [
+    "Grammar",
+    "LazyDFA",
+    "compile_dfa",
+    "DEAD",
+    "json_schema_grammar",
+    "regex_grammar",
+    "regex_node",
     "ConstraintError",
     "InvalidSchemaError",
     "RegexSyntaxError",

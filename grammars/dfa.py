@@ -9,6 +9,9 @@ fixed nesting depth.
 Rows are computed only when first asked for, per *byte class*: bytes that no
 mask in the NFA tells apart share one class and always move alike.
 
+`table` and `accepting` are views that are replaced when the arrays grow;
+re-read them after expanding rows instead of keeping them.
+
 Invariant: every state other than `DEAD` is live: some continuation reaches
 acceptance (the only exception is `initial` of a grammar whose language is
 empty, see `is_empty`). Configurations that cannot finish within their
@@ -47,7 +50,10 @@ class LazyDFA:
         grammar: the grammar; its `start` rule must derive the whole input.
         max_states: budget of DFA states; exceeding it raises
             `StateBudgetError`.
-        max_depth: maximum nesting of rule calls (recursion unrolling depth).
+        max_depth: maximum number of nested rule calls (`Ref`s) on the
+            stack; every `Ref` counts, so a JSON value nested k levels deep
+            through `value -> array -> value` uses about 2k. Derivations that
+            need more are excluded from the language (and never offered).
 
     Example:
         >>> from grammars.ast import Grammar, byte_range, plus
@@ -80,6 +86,8 @@ class LazyDFA:
         self._trans: dict[int, np.ndarray] = {}
         self._table = np.full((16, self.num_classes), UNEXPANDED, dtype=np.int32)
         self._accepting = np.zeros(16, dtype=bool)
+        if not any(nfa.calls):
+            self._close = self._close_flat  # type: ignore[method-assign]
         start = nfa.rule_start[0]
         configs = self._close([start]) if nfa.need[start] <= max_depth else frozenset()
         self.initial: int = self._intern(configs)
@@ -208,7 +216,7 @@ class LazyDFA:
         end = False
         while todo:
             u = todo.pop()
-            if nfa.edges[u]:
+            if nfa.edges[u] and self._need[u] <= self.max_depth:
                 byte_states.append(u)
             for r, t in nfa.calls[u]:
                 calls.append((nfa.rule_start[r], nfa.forward(t)))
@@ -230,6 +238,20 @@ class LazyDFA:
             self._stacks.append(key)
             self._depth.append(self._depth[k] + 1)
         return sid
+
+    def _close_flat(self, seeds: Iterable[int]) -> frozenset[int]:
+        """`_close` for grammars without calls: stacks are always empty and
+        `need` is 0 or INF, so closures are unions of precomputed ones."""
+        eclose = self._eclose
+        out: set[int] = set()
+        accept = False
+        for s in seeds:
+            byte_states, _, end = eclose[s] or self._eclose_of(s)
+            out.update(byte_states)
+            accept = accept or end
+        if accept:
+            out.add(_ACCEPT)
+        return frozenset(out)
 
     def _close(self, seeds: Iterable[int]) -> frozenset[int]:
         """Closure of configurations `seeds` (ints stack*N + state), pruned to

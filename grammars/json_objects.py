@@ -11,6 +11,11 @@ like the number of arrangements (~ e * n!): it is limited to
 Additional keys never repeat a declared name (the parsed object would keep
 the last duplicate, whose value was never checked against its schema).
 
+Inline, "the first present member is i" needs a copy of the rest of the
+object per i (n^2/2 members for n optional properties). Past
+`SHARE_THRESHOLD` optional properties the rests from every ~sqrt(n)-th member
+become rules (`Ref`s nesting one level, never recursively), ~2 n^1.5 members.
+
 Example:
     >>> from grammars.json_schema import json_schema_grammar
     >>> from grammars.dfa import LazyDFA
@@ -23,11 +28,14 @@ Example:
 from __future__ import annotations
 
 import json
+import math
 from typing import TYPE_CHECKING, Any
 
-from grammars.ast import EMPTY, NOTHING, Node, alt, repeat, seq
+from grammars.ast import EMPTY, NOTHING, Node, Ref, alt, optional, repeat, seq
 from grammars.errors import UnsupportedSchemaError
 from grammars.json_strings import quoted, string_literal, string_not_in
+from grammars.json_length import expanded_size
+from grammars.json_values import counted, union
 
 if TYPE_CHECKING:
     from grammars.json_schema import Compiler
@@ -35,6 +43,9 @@ if TYPE_CHECKING:
 __all__ = ["object_node", "array_node", "ANY_ORDER_LIMIT"]
 
 ANY_ORDER_LIMIT = 6
+# Above this many optional members before the first required one, the rests of
+# the object are shared through rules instead of being copied per first member.
+SHARE_THRESHOLD = 24
 
 
 def object_node(c: "Compiler", s: dict, path: str, base: str) -> Node:
@@ -66,7 +77,13 @@ def object_node(c: "Compiler", s: dict, path: str, base: str) -> Node:
                 "properties", path, f"any_order=True allows at most {ANY_ORDER_LIMIT} properties "
                 f"(the grammar grows like n!), got {len(members)}")
         return c.ws.obj(_Layout(c, members, extra_member, lo, hi).any_order())
-    return c.ws.obj(_Layout(c, members, extra_member, lo, hi).ordered())
+    body = _Layout(c, members, extra_member, lo, hi, path).ordered()
+    size = expanded_size(body)
+    if size > c.budget:
+        raise UnsupportedSchemaError("properties", path, f"the exact object layout needs {size} NFA states "
+                                     f"(budget {c.budget}); minProperties/maxProperties over many optional "
+                                     "properties grow combinatorially")
+    return c.ws.obj(body)
 
 
 def _declared_schema(c: "Compiler", name: str, props: dict, patterns: dict, extra: Any, path: str) -> Any:
@@ -136,8 +153,8 @@ class _Layout:
     """Comma placement and member counting for one object body."""
 
     def __init__(self, c: "Compiler", members: list[tuple[Node, bool]], extra: Node | None,
-                 lo: int, hi: int | None) -> None:
-        self.ws = c.ws
+                 lo: int, hi: int | None, name: str = "") -> None:
+        self.ws, self.rules, self.name = c.ws, c.rules, f"object:{name}"
         self.members, self.extra, self.lo, self.hi = members, extra, lo, hi
         # Counts saturate at cap; count > 0 doubles as "a comma is needed".
         self.cap = max(1, hi + 1 if hi is not None else lo)
@@ -152,7 +169,7 @@ class _Layout:
         lo = max(0, self.lo - count)
         if count == 0:
             return self.ws.listing(self.extra, lo, hi)
-        return repeat(seq(self.ws.sep, self.extra), lo, hi)
+        return counted(seq(self.ws.sep, self.extra), lo, hi)
 
     def _take(self, i: int, count: int, rest: Node) -> Node:
         if self.hi is not None and count + 1 > self.hi:
@@ -161,16 +178,60 @@ class _Layout:
 
     def ordered(self) -> Node:
         n = len(self.members)
+        if self.cap == 1 and self.hi is None:
+            return self._ordered_uncounted()
         # Build right to left: tails[c] is the rest of the body after members[:i] with c present.
         tails = {c: self._extras(c) for c in range(self.cap + 1)}
         for i in range(n - 1, -1, -1):
-            required = self.members[i][1]
+            member, required = self.members[i]
             new = {}
             for c in range(self.cap + 1):
+                if c == self.cap and self.hi is None:  # saturated: taking or not leads to the same tail
+                    step = seq(self.ws.sep, member)
+                    new[c] = seq(step if required else optional(step), tails[c])
+                    continue
                 take = self._take(i, c, tails[min(c + 1, self.cap)])
-                new[c] = take if required else alt(take, tails[c])
+                new[c] = take if required else union(take, tails[c])
             tails = new
         return tails[0]
+
+    def _chain(self, start: int, stop: int) -> list[Node]:
+        """Members start..stop-1 after at least one member: each `, member`, optional unless required."""
+        out = []
+        for member, required in self.members[start:stop]:
+            step = seq(self.ws.sep, member)
+            out.append(step if required else optional(step))
+        return out
+
+    def _ordered_uncounted(self) -> Node:
+        """No member counting beyond "is there one yet" (for the commas).
+
+        The body is "first present member i, the rest of the declared members,
+        then the additional ones" (or only additional ones when nothing is
+        required). Inline, each first member i needs its own copy of the rest
+        (n^2/2 members); the additional members are shared after all of them.
+        Past `SHARE_THRESHOLD` optional members the rests from every
+        ~sqrt(n)-th member on become rules (`Ref`s nesting one level, never
+        recursively): ~2 n^1.5 members.
+        """
+        n = len(self.members)
+        first_required = next((i for i, (_, req) in enumerate(self.members) if req), n)
+        points: list[int] = []
+        if first_required > SHARE_THRESHOLD:
+            block = math.isqrt(first_required)
+            points = list(range(block, first_required + 1, block))
+            for p in points:
+                self.rules[f"{self.name}#{p}"] = seq(*self._chain(p, n))
+
+        def rest(i: int) -> Node:  # what follows a first member at index i - 1
+            nxt = next((p for p in points if p >= i), None)
+            if nxt is None:
+                return seq(*self._chain(i, n))
+            return seq(*self._chain(i, nxt), Ref(f"{self.name}#{nxt}"))
+
+        firsts = [seq(self.members[i][0], rest(i + 1)) for i in range(min(first_required + 1, n))]
+        nonempty = seq(union(*firsts), self._extras(1))
+        return union(nonempty, self._extras(0)) if first_required == n else nonempty
 
     def any_order(self) -> Node:
         def tail(used: frozenset, count: int) -> Node:
@@ -180,7 +241,7 @@ class _Layout:
                          for i in range(len(self.members)) if i not in used]
                 if all(i in used for i, (_, req) in enumerate(self.members) if req):
                     parts.append(self._extras(count))
-                self.memo[key] = alt(*parts)
+                self.memo[key] = union(*parts)
             return self.memo[key]
 
         return tail(frozenset(), 0)
@@ -202,10 +263,10 @@ def array_node(c: "Compiler", s: dict, path: str, base: str) -> Node:
                 return NOTHING
             if rest == NOTHING or r_hi == 0:
                 return EMPTY if r_lo == 0 else NOTHING
-            return ws.listing(rest, r_lo, r_hi) if i == 0 else repeat(seq(ws.sep, rest), r_lo, r_hi)
+            return ws.listing(rest, r_lo, r_hi) if i == 0 else counted(seq(ws.sep, rest), r_lo, r_hi)
         stop = EMPTY if i >= lo else NOTHING
         take = seq(ws.sep if i else EMPTY, elems[i], tail(i + 1)) if hi is None or i < hi else NOTHING
-        return alt(stop, take)
+        return union(stop, take)
 
     return ws.arr(tail(0))
 

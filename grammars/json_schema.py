@@ -8,8 +8,12 @@ which case it is dropped with a warning (an over-approximation). Nothing is
 dropped silently. Malformed schemas raise `InvalidSchemaError`.
 
 Recursion (`$ref` cycles, the any-JSON-value rule) goes through `Ref` rules;
-everything else is inlined. Pass `max_depth=grammar.info["max_depth"]` to
-`LazyDFA` (= max_recursion_depth + max_any_depth + 1 nested rule calls).
+everything else is inlined, except the shared rests of objects with more
+than 24 optional properties before the first required one (non-recursive
+`Ref`s, one call level; see `json_objects`). Pass
+`max_depth=grammar.info["max_depth"]` to `LazyDFA`: it bounds all nested rule
+calls together, max_recursion_depth + max_any_depth + 1, so recursive `$ref`s
+always get at least `max_recursion_depth` levels.
 
 | keyword / option | support |
 |---|---|
@@ -20,21 +24,21 @@ everything else is inlined. Pass `max_depth=grammar.info["max_depth"]` to
 | `minLength` `maxLength` | exact, in code points (an escape or surrogate pair counts once) |
 | `pattern` | ECMA-262, search semantics, over every JSON spelling of each character; with min/maxLength an exact product (unsupported past a size budget) |
 | `format` | date, time, date-time, duration, email (dot-atom subset), hostname (<=253 chars subset), ipv4, ipv6, uri, uuid: exact per RFC, plain (unescaped) spelling; others unsupported (ignored with `allow_approximate`) |
-| `properties` `required` | exact; order = `properties` order, then required-only names; optional ones skippable |
+| `properties` `required` | exact; order = `properties` order, then required-only names; optional ones skippable (n optional properties before the first required one cost ~n^2/2 member copies, ~2n^1.5 past 24) |
 | `additionalProperties` | exact, default `true` (extra keys after the declared ones, never repeating a declared name); `strict=True` makes the default `false` |
 | `patternProperties` | with `additionalProperties: false`, one schema for all patterns, no declared name matching a pattern; else unsupported |
 | `propertyNames` | exact for declared names; extra keys: when no declared name is admitted, or as an `enum` |
-| `minProperties` `maxProperties` | exact (counted over declared + additional members) |
+| `minProperties` `maxProperties` | exact (counted over declared + additional members); unsupported when the counted layout exceeds the size budget (400k NFA states) |
 | `items` `prefixItems` `minItems` `maxItems` | exact; draft-7 `items: [...]` + `additionalItems` too |
 | `allOf` | real merge (types intersect, bounds tighten, properties merge recursively, required union, anyOf/oneOf distribute); unmergeable pairs unsupported |
 | `anyOf` | exact (each branch merged with the sibling keywords) |
 | `oneOf` | exact when branches are provably disjoint (types, enum values, or a required discriminator property with distinct const/enum); else unsupported (`allow_approximate`: compiled as anyOf) |
-| `not` | exact for types, enum/const of scalars, and anyOf of those |
+| `not` | exact for types, enum/const of scalars (numbers: excluded points; strings: complement of a finite set, without other string keywords), and anyOf of those |
 | `$ref` `$defs` `definitions` `$anchor` `$id` | local refs, JSON pointers with `~0 ~1`; recursion via `Ref` rules, depth `max_recursion_depth`; remote refs unsupported; 2020-12 siblings of `$ref` are merged, draft-7 siblings ignored |
 | `true` / `{}` / `false` | any JSON value (nesting <= `max_any_depth`) / nothing |
 | `uniqueItems: true`, `contains`, `if`/`then`/`else`, `dependentRequired`, `dependentSchemas`, `dependencies`, `unevaluated*`, `$dynamicRef` | unsupported (dropped with a warning under `allow_approximate`) |
 | annotations (`title`, `description`, `default`, `examples`, `$comment`, `readOnly`, `deprecated`, `content*`, `discriminator`) | ignored; unknown keywords are ignored with a warning |
-| `whitespace` | "default": per gap <= 1 space, or 1 newline + <= 32 spaces/tabs; one gap before/after the document. "compact": none. Or a `WhitespacePolicy` |
+| `whitespace` | "default": after `{ [ ,` and before `} ]` <= 1 space, or 1 newline + <= 32 spaces/tabs; <= 1 space around `:` and before `,`; one such gap before/after the document. "compact": none. Or a `WhitespacePolicy` |
 | `any_order` | properties in any order, <= 6 per object (grammar ~ e*n! members) |
 | strings | all JSON escapes, `\\uXXXX` in either case, surrogate pairs; raw control characters and lone surrogates rejected |
 
@@ -60,7 +64,7 @@ from grammars.ast import NOTHING, Grammar, Node, Ref, alt, literal, optional, pl
 from grammars.errors import InvalidSchemaError, RegexSyntaxError, UnsupportedRegexError, UnsupportedSchemaError
 from grammars.json_checks import check_schema
 from grammars.json_formats import format_node
-from grammars.json_length import restrict_length
+from grammars.json_length import DEFAULT_SIZE_BUDGET, restrict_length
 from grammars.json_merge import ANNOTATIONS, TYPES, Merger, disjoint, normalize
 from grammars.json_numbers import (
     ANY_NUMBER, Interval, integer_multiples, number_interval, number_value,
@@ -69,7 +73,7 @@ from grammars.json_objects import array_node, object_node
 from grammars.json_refs import Resolver, draft_of, load_schema
 from grammars.json_strings import ANY_CHAR, any_string_body, json_char, quoted, string_literal, string_not_in
 from grammars.json_values import (
-    ANY_RULE, Whitespace, WhitespacePolicy, any_value_rule, json_type, to_decimal, value_node,
+    ANY_RULE, Whitespace, WhitespacePolicy, any_value_rule, json_type, to_decimal, union, value_node,
 )
 
 __all__ = ["json_schema_grammar", "load_schema", "WhitespacePolicy", "Compiler"]
@@ -139,6 +143,8 @@ class Compiler:
         self._inline: dict[int, Node] = {}
         self._patterns: dict[str, Node] = {}
         self._matchers: dict[str, Any] = {}
+        self.budget = DEFAULT_SIZE_BUDGET
+        self._acceptors: dict[int, tuple[Any, Any]] = {}
 
     # -- entry points -----------------------------------------------------------
 
@@ -214,7 +220,7 @@ class Compiler:
         if "anyOf" in s:
             if "oneOf" in s:
                 rest["oneOf"] = s["oneOf"]
-            return alt(*(self.node(self._with(rest, br, f"{path}.anyOf[{i}]", base), f"{path}.anyOf[{i}]", base)
+            return union(*(self.node(self._with(rest, br, f"{path}.anyOf[{i}]", base), f"{path}.anyOf[{i}]", base)
                          for i, br in enumerate(s["anyOf"])))
         branches = [self._with(rest, br, f"{path}.oneOf[{i}]", base) for i, br in enumerate(s["oneOf"])]
         flat = [self.flatten(b, f"{path}.oneOf[{i}]", base) for i, b in enumerate(branches)]
@@ -225,7 +231,7 @@ class Compiler:
                     if not self.approximate:
                         raise UnsupportedSchemaError("oneOf", path, why)
                     warnings.warn(f"`oneOf` at {path} compiled as anyOf: {why}", stacklevel=2)
-        return alt(*(self.node(b, f"{path}.oneOf[{i}]", base) for i, b in enumerate(branches)))
+        return union(*(self.node(b, f"{path}.oneOf[{i}]", base) for i, b in enumerate(branches)))
 
     def _with(self, rest: dict, branch: Any, path: str, base: str) -> Any:
         """`branch` and the sibling keywords (only merged when they constrain anything)."""
@@ -280,7 +286,7 @@ class Compiler:
                 continue
             mine = [v for v in excluded if json_type(v) == t or (t == "number" and json_type(v) == "integer")]
             parts.append(self._type_node(t, s, mine, path, base))
-        return alt(*parts)
+        return union(*parts)
 
     def _enum(self, s: dict, types: list, excluded_types: set, excluded: list, path: str, base: str) -> Node:
         allowed = set(types) | ({"integer"} if "number" in types else set())
@@ -294,7 +300,7 @@ class Compiler:
             if rest and not self.accepts(rest, v, path, base):
                 continue
             nodes.append(value_node(v, self.ws, f"{path}.enum"))
-        return alt(*nodes)
+        return union(*nodes)
 
     def _type_node(self, t: str, s: dict, excluded: list, path: str, base: str) -> Node:
         if t == "null":
@@ -427,11 +433,15 @@ class Compiler:
         """Whether `value` is valid under `schema` (by running its automaton)."""
         from grammars.dfa import LazyDFA
 
-        sub = Compiler(self.root, ws=Whitespace(WhitespacePolicy.named("compact")), strict=self.strict,
-                       allow_approximate=self.approximate)
-        node = sub.node(schema, path, base)
-        dfa = LazyDFA(Grammar({"start": node, **sub.rules}), max_depth=64)
-        return dfa.matches(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+        hit = self._acceptors.get(id(schema))
+        if hit is None or hit[0] is not schema:
+            # A separate compiler: compact whitespace, and its own recursion rules.
+            sub = Compiler(self.root, ws=Whitespace(WhitespacePolicy.named("compact")), strict=self.strict,
+                           allow_approximate=self.approximate)
+            node = sub.node(schema, path, base)
+            hit = (schema, LazyDFA(Grammar({"start": node, **sub.rules}), max_depth=64))
+            self._acceptors[id(schema)] = hit
+        return hit[1].matches(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
 
     def pattern_matches(self, pattern: Any, name: str, path: str) -> bool:
         """Whether the property name `name` matches the ECMA regex (search)."""

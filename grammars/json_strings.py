@@ -144,6 +144,8 @@ ANY_CHAR: Node = json_char(ALL_CODEPOINTS)
 
 def any_string_body(min_length: int = 0, max_length: int | None = None) -> Node:
     """String bodies of min_length..max_length code points."""
+    if max_length is not None and min_length > max_length:
+        return NOTHING
     return repeat(ANY_CHAR, min_length, max_length)
 
 
@@ -172,18 +174,28 @@ def string_not_in(words: Iterable[str]) -> Node:
         for ch in w:
             node = node.setdefault(ord(ch), {})
         node[None] = True
-    return _complement(trie)
+    # A string outside the set either ends inside the trie at a non-word node
+    # (`_inside`), or leaves the trie at some node by a character no child
+    # has and then continues freely (`_exits`, followed by one shared any*).
+    return alt(_inside(trie), seq(_exits(trie), star(ANY_CHAR)))
 
 
-def _complement(trie: dict) -> Node:
+def _inside(trie: dict) -> Node:
     parts = [] if trie.get(None) else [EMPTY]
-    children = sorted(k for k in trie if k is not None)
-    others = _minus(ALL_CODEPOINTS, children)
-    if others:
-        parts.append(seq(json_char(others), star(ANY_CHAR)))
-    for cp in children:
-        parts.append(seq(json_char(((cp, cp),)), _complement(trie[cp])))
+    parts += [seq(json_char(((cp, cp),)), _inside(sub)) for cp, sub in sorted(_children(trie))]
     return alt(*parts)
+
+
+def _exits(trie: dict) -> Node:
+    children = sorted(cp for cp, _ in _children(trie))
+    others = _minus(ALL_CODEPOINTS, children)
+    parts = [json_char(others)] if others else []
+    parts += [seq(json_char(((cp, cp),)), _exits(sub)) for cp, sub in sorted(_children(trie))]
+    return alt(*parts)
+
+
+def _children(trie: dict) -> list[tuple[int, dict]]:
+    return [(k, v) for k, v in trie.items() if k is not None]
 
 
 def ascii_char(ranges: Iterable[tuple[int, int]]) -> Node:

@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Iterable
 
-from grammars.ast import EMPTY, Node, Ref, alt, byteset, literal, optional, repeat, seq, star
+from grammars.ast import EMPTY, NOTHING, Alt, ByteSet, Node, Ref, alt, byteset, literal, optional, repeat, seq, star
 from grammars.errors import InvalidSchemaError
 from grammars.json_numbers import ANY_NUMBER, number_value
 from grammars.json_strings import ANY_CHAR, quoted, string_literal
 
 __all__ = [
     "WhitespacePolicy", "Whitespace", "value_node", "json_key", "json_type", "to_decimal",
-    "any_value_rule", "ANY_RULE", "ANY_STRING", "PERMUTATION_LIMIT",
+    "any_value_rule", "ANY_RULE", "ANY_STRING", "PERMUTATION_LIMIT", "union", "counted",
 ]
 
 ANY_RULE = "any_json_value"
@@ -34,14 +34,45 @@ ANY_STRING: Node = quoted(star(ANY_CHAR))
 PERMUTATION_LIMIT = 4
 
 
+def counted(item: Node, lo: int, hi: int | None) -> Node:
+    """`repeat` that is NOTHING for contradictory bounds (e.g. minItems > maxItems)."""
+    return NOTHING if hi is not None and lo > hi else repeat(item, lo, hi)
+
+
+def union(*items: Node) -> Node:
+    """`alt` for large sub-grammars: flattens and merges bytes like `alt`, but
+    deduplicates by identity, because hashing a node re-hashes its whole
+    subtree (nodes do not cache hashes) and deep schemas made that quadratic."""
+    mask = 0
+    out: list[Node] = []
+    seen: set[int] = set()
+    stack = list(reversed(items))
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Alt):
+            stack.extend(reversed(item.items))
+        elif isinstance(item, ByteSet):
+            mask |= item.mask
+        elif id(item) not in seen:
+            seen.add(id(item))
+            out.append(item)
+    out = ([ByteSet(mask)] if mask else []) + out
+    if not out:
+        return NOTHING
+    return out[0] if len(out) == 1 else Alt(tuple(out))
+
+
 @dataclass(frozen=True)
 class WhitespacePolicy:
     """How much whitespace may appear between JSON tokens (always bounded).
 
-    A gap is either empty, 1..`max_spaces` spaces, or 1..`max_newlines`
+    A *gap* is either empty, 1..`max_spaces` spaces, or 1..`max_newlines`
     newlines each followed by up to `max_indent` indentation characters
-    (`indent_chars`). This accepts compact output, `json.dumps` defaults
-    (`", "`, `": "`) and pretty printing (`indent=2`, `indent=4`, tabs) up to
+    (`indent_chars`). Gaps go where pretty printers break lines: after `{`,
+    `[` and `,`, before `}` and `]`. Before `,` and around `:` only
+    0..`max_spaces` spaces are allowed (`"a" : 1` yes, a newline before a
+    comma no). This accepts compact output, `json.dumps` defaults (`", "`,
+    `": "`) and pretty printing (`indent=2`, `indent=4`, tabs) up to
     `max_indent` columns, but never unbounded whitespace.
     `around_document` allows one gap before and after the whole value.
 
@@ -88,8 +119,9 @@ class Whitespace:
             parts.append(repeat(seq(literal(b"\n"), indent), 1, policy.max_newlines))
         self.gap: Node = alt(*parts)
         g = self.gap
-        self.sep = seq(g, literal(b","), g)
-        self.colon = seq(g, literal(b":"), g)
+        spaces = repeat(literal(b" "), 0, policy.max_spaces)
+        self.sep = seq(spaces, literal(b","), g)
+        self.colon = seq(spaces, literal(b":"), spaces)
         self.open_obj, self.close_obj = seq(literal(b"{"), g), seq(g, literal(b"}"))
         self.open_arr, self.close_arr = seq(literal(b"["), g), seq(g, literal(b"]"))
         self.around = g if policy.around_document else EMPTY
@@ -102,6 +134,8 @@ class Whitespace:
 
     def listing(self, item: Node, lo: int = 0, hi: int | None = None) -> Node:
         """lo..hi copies of `item` separated by commas."""
+        if hi is not None and lo > hi:
+            return NOTHING
         if hi == 0:
             return EMPTY
         first_hi = None if hi is None else hi - 1
@@ -180,7 +214,7 @@ def value_node(v: Any, ws: Whitespace, path: str = "$") -> Node:
     members = [seq(quoted(string_literal(k)), ws.colon, value_node(x, ws, path)) for k, x in v.items()]
     orders: Iterable[tuple[Node, ...]] = (
         itertools.permutations(members) if len(members) <= PERMUTATION_LIMIT else [tuple(members)])
-    return ws.obj(alt(*(_join(list(o), ws.sep) for o in orders)))
+    return ws.obj(union(*(_join(list(o), ws.sep) for o in orders)))
 
 
 def _join(items: list[Node], sep: Node) -> Node:

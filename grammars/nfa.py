@@ -48,6 +48,11 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+def _items(node: Node) -> tuple[Node, ...]:
+    """A node as a sequence of items (an `Alt` branch flattened)."""
+    return node.items if type(node) is Seq else (node,)
+
+
 class NFA:
     """Byte-level NFA of a grammar; rule 0 is the start rule.
 
@@ -137,8 +142,7 @@ class NFA:
             return s
         if isinstance(node, Alt):
             t = self._new()
-            for item in node.items:
-                self._eps.append((self._build(item, s), t))
+            self._build_alt([_items(x) for x in node.items], s, t)
             return t
         if isinstance(node, Repeat):
             return self._build_repeat(node, s)
@@ -147,6 +151,37 @@ class NFA:
             self._calls.append((s, self.rule_index[node.name], t))
             return t
         raise TypeError(f"not a grammar node: {node!r}")
+
+    def _build_alt(self, branches: list[tuple[Node, ...]], s: int, t: int) -> None:
+        """Alternatives from `s` to `t`, left-factored on leading byte sets.
+
+        Branches that start with the same `ByteSet` share one edge (a trie);
+        UTF-8 classes such as `\\w` have hundreds of branches with few distinct
+        lead bytes, and this keeps the NFA and every DFA closure small.
+        Iterative, with (items, offset) pairs, so long shared prefixes cost
+        neither recursion depth nor tuple copies.
+        """
+        todo = [([(items, 0) for items in branches], s)]
+        while todo:
+            group, s = todo.pop()
+            heads: dict[int, list[tuple[tuple[Node, ...], int]]] = {}
+            for items, at in group:
+                if at < len(items) and type(items[at]) is ByteSet:
+                    heads.setdefault(items[at].mask, []).append((items, at + 1))
+                else:
+                    self._eps.append((self._build_seq(items, at, s), t))
+            for mask, tails in heads.items():
+                u = self._new()
+                self._bytes.append((s, mask, u))
+                if len(tails) == 1:
+                    self._eps.append((self._build_seq(tails[0][0], tails[0][1], u), t))
+                else:
+                    todo.append((tails, u))
+
+    def _build_seq(self, items: tuple[Node, ...], at: int, s: int) -> int:
+        for i in range(at, len(items)):
+            s = self._build(items[i], s)
+        return s
 
     def _build_repeat(self, node: Repeat, s: int) -> int:
         for _ in range(node.min):

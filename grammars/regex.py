@@ -17,7 +17,12 @@ Semantics, exact unless stated:
   start/end or known not to be; elsewhere (e.g. `a?^b`) they raise. Python's
   `$` before a trailing newline (`a$\\n`) raises;
 - IGNORECASE follows Python's matcher exactly, including non-ASCII
-  (see `charsets.ignorecase`); ECMA patterns fold the same way;
+  (simple case mapping plus `re._casefix`; see `charsets.ignorecase`).
+  ECMA patterns use the same folding, which differs from ECMA's own
+  (Canonicalize) only for a few exotic characters;
+- ECMA: code points are matched (the `u`-flag view), not UTF-16 units;
+  `\\p{...}` supports general categories, not scripts;
+- MULTILINE `^` after the start and `$` before more input raise;
 - backreferences, lookarounds, conditionals and word boundaries raise
   `UnsupportedRegexError` naming the construct and its position.
 
@@ -34,9 +39,10 @@ import warnings
 from typing import Callable
 
 from grammars import charsets as cs
-from grammars.ast import EMPTY, NOTHING, Alt, ByteSet, Grammar, Node, Seq, alt, codepoints, repeat, seq, star
+from grammars.ast import EMPTY, NOTHING, Grammar, Node, alt, codepoints, repeat, seq, star
 from grammars.errors import RegexSyntaxError, UnsupportedRegexError
 from grammars.nfa import gc_paused
+from grammars.trie import is_word_list, trie_alt, word_list
 
 try:  # Python >= 3.11
     import re._constants as _c
@@ -51,6 +57,7 @@ __all__ = ["regex_node", "regex_grammar"]
 Encoder = Callable[[list[tuple[int, int]]], Node]
 
 _YES, _NO, _MAYBE = 1, 0, 2  # is this point the start (end) of the input?
+_ANYTHING = ("anything",)  # follow set of an unanchored search suffix
 _I, _S, _A = int(re.IGNORECASE), int(re.DOTALL), int(re.ASCII)
 _TYPE_FLAGS = int(re.ASCII | re.UNICODE | re.LOCALE)
 _MAXREPEAT = _c.MAXREPEAT
@@ -112,8 +119,8 @@ def regex_node(
 
 
 def _regex_node(pattern: str, flags: int, dialect: str, encode: Encoder, search: bool) -> Node:
-    if not flags & (re.IGNORECASE | re.VERBOSE) and _is_word_list(pattern):
-        return _word_list(pattern, encode, search)
+    if not flags & (re.IGNORECASE | re.VERBOSE) and is_word_list(pattern):
+        return word_list(pattern, encode, search)
     source, origin = pattern, None
     if dialect == "ecma":
         from grammars.ecma import translate
@@ -126,7 +133,7 @@ def _regex_node(pattern: str, flags: int, dialect: str, encode: Encoder, search:
         return conv.items(tree.data, root_flags, _YES, _YES, None)
     anything = star(conv.enc(cs.ALL))
     if not conv.has_anchor(tree.data):
-        return seq(anything, conv.items(tree.data, root_flags, _MAYBE, _MAYBE, None), anything)
+        return seq(anything, conv.items(tree.data, root_flags, _MAYBE, _MAYBE, _ANYTHING), anything)
     # Unanchored search, exact with anchors: split on whether the match starts
     # at the very start and ends at the very end of the input.
     some = seq(conv.enc(cs.ALL), anything)
@@ -134,34 +141,9 @@ def _regex_node(pattern: str, flags: int, dialect: str, encode: Encoder, search:
     for s, before in ((_YES, EMPTY), (_NO, some)):
         for e, after in ((_YES, EMPTY), (_NO, some)):
             conv.reset_counts()
-            parts.append(seq(before, conv.items(tree.data, root_flags, s, e, None), after))
+            follow = None if e == _YES else _ANYTHING  # what the unanchored suffix may read
+            parts.append(seq(before, conv.items(tree.data, root_flags, s, e, follow), after))
     return alt(*parts)
-
-
-_META = frozenset("\\.^$*+?{}[]()#")
-
-
-def _is_word_list(pattern: str) -> bool:
-    """A plain `word|word|...` pattern (no metacharacter but `|`): both
-    dialects read it literally, so skip the parser (it dominates the cost)."""
-    return len(pattern) > 64 and _META.isdisjoint(pattern)
-
-
-def _word_list(pattern: str, encode: Encoder, search: bool) -> Node:
-    memo: dict[str, Node] = {}
-
-    def char(ch: str) -> Node:
-        node = memo.get(ch)
-        if node is None:
-            node = memo[ch] = encode([(ord(ch), ord(ch))])
-        return node
-
-    words = [_concat(list(map(char, w))) for w in set(pattern.split("|"))]
-    node = _trie_alt(words)
-    if search:
-        anything = star(encode(list(cs.ALL)))
-        node = seq(anything, node, anything)
-    return node
 
 
 def _parse(pattern: str, source: str, flags: int, origin: list[int] | None):
@@ -172,7 +154,7 @@ def _parse(pattern: str, source: str, flags: int, origin: list[int] | None):
         except re.error as exc:
             pos = exc.pos if origin is None or exc.pos is None else origin[min(exc.pos, len(origin) - 1)]
             raise RegexSyntaxError(pattern, exc.msg, pos) from None
-        except (OverflowError, RecursionError) as exc:
+        except (OverflowError, RecursionError, ValueError) as exc:  # bad flags, huge counts
             raise RegexSyntaxError(pattern, str(exc) or type(exc).__name__) from None
 
 
@@ -318,7 +300,7 @@ class _Converter:
             group, add, remove, sub = av
             return self.items(sub.data, _combine_flags(flags, add, remove), s, e, follow)
         if op is _c.BRANCH:
-            return _trie_alt([self.items(b.data, flags, s, e, follow) for b in av[1]])
+            return trie_alt([self.items(b.data, flags, s, e, follow) for b in av[1]])
         if op in (_c.MAX_REPEAT, _c.MIN_REPEAT):
             return self.repeat(av, flags, s, e, follow)
         if op is _POSSESSIVE and _POSSESSIVE is not None:
@@ -448,6 +430,8 @@ class _Converter:
         """(characters that may come next, whether the input may end)."""
         if follow is None:
             return [], True
+        if follow is _ANYTHING:
+            return list(cs.ALL), True
         if follow[0] == "or":
             a, b = self.first_of_follow(follow[1]), self.first_of_follow(follow[2])
             return cs.union(a[0], b[0]), a[1] or b[1]
@@ -465,54 +449,6 @@ class _Converter:
             out = any(_item_has_anchor(op, av, self) for op, av in data)
             self._anchor_memo[key] = out
         return out
-
-
-def _trie_alt(branches: list[Node]) -> Node:
-    """Alternation with common leading items factored out (a trie), so a
-    list of 10k words becomes a small-fan-out automaton."""
-    if len(branches) < 4:
-        return alt(*branches)
-    return _factor([(b.items if isinstance(b, Seq) else (b,), 0) for b in branches])
-
-
-def _factor(branches: list[tuple[tuple[Node, ...], int]]) -> Node:
-    groups: dict[Node, list[tuple[tuple[Node, ...], int]]] = {}
-    done = False
-    for items, at in branches:
-        if at == len(items):
-            done = True
-        else:
-            groups.setdefault(items[at], []).append((items, at + 1))
-    # Heads are distinct, so build the Alt directly (alt() would hash every
-    # subtree again at each trie level to deduplicate).
-    parts: list[Node] = [EMPTY] if done else []
-    mask = 0
-    for head, tails in groups.items():
-        if len(tails) == 1:
-            items, at = tails[0]
-            part = _concat([head, *items[at:]])
-        else:
-            part = _concat([head, _factor(tails)])
-        if isinstance(part, ByteSet):
-            mask |= part.mask
-        else:
-            parts.append(part)
-    if mask:
-        parts.insert(0, ByteSet(mask))
-    return parts[0] if len(parts) == 1 else Alt(tuple(parts))
-
-
-def _concat(items: list[Node]) -> Node:
-    """`seq(*items)` without its per-item equality tests (hot for word lists)."""
-    out: list[Node] = []
-    for item in items:
-        if type(item) is Seq:
-            out.extend(item.items)
-        elif type(item) is Alt and not item.items:
-            return NOTHING
-        else:
-            out.append(item)
-    return out[0] if len(out) == 1 else Seq(tuple(out))
 
 
 def _item_has_anchor(op, av, conv: _Converter) -> bool:

@@ -335,11 +335,13 @@ def test_whitespace_policies():
     for text in texts(value):
         assert default.matches(text)
     assert default.matches(b'\n{"a":[1,2]}\n')
+    assert default.matches(b'{"a" : [1,2]}')  # Jackson's pretty printer
     assert not default.matches(b'{"a":  [1,2]}')  # two spaces without a newline
-    assert not default.matches(b'{"a":\n\n[1,2]}')  # two newlines
-    assert not default.matches(b'{"a":\n' + b" " * 33 + b"[1,2]}")
+    assert not default.matches(b'{\n\n"a":[1,2]}')  # two newlines
+    assert not default.matches(b'{\n' + b" " * 33 + b'"a":[1,2]}')
+    assert not default.matches(b'{"a":\n[1,2]}')  # line breaks only after { [ , and before } ]
     wide = _dfa(schema, whitespace=WhitespacePolicy(max_spaces=2, max_newlines=2, max_indent=40))
-    assert wide.matches(b'{"a":  [1,2]}') and wide.matches(b'{"a":\n\n' + b" " * 40 + b"[1,2]}")
+    assert wide.matches(b'{"a":  [1,2]}') and wide.matches(b'{\n\n' + b" " * 40 + b'"a":[1,2]}')
 
 
 def test_property_order_and_any_order():

@@ -1,0 +1,182 @@
+"""`python -m bench SUITE ...`: reproducible benchmarks (also `constrained bench SUITE ...`).
+
+Suites:
+
+- ``masks``: compile time (TTFM), mask time (TBM) and correctness over a schema
+  corpus, ours against llguidance, xgrammar and outlines-core when installed;
+- ``decode``: end-to-end tokens/s, constrained vs unconstrained, MLX and HF;
+- ``cache``: the prefix trie's reuse (wraps `bench/bench_cache.py`);
+- ``corpus``: rebuild / check the corpus in `bench/corpus/`.
+
+Every suite prints one JSON line per case (stdout, or ``--jsonl FILE``) and a
+summary table (stdout when the JSON lines go to a file, else stderr).
+
+Example:
+    >>> main(["corpus", "--check"])  # doctest: +SKIP
+    0
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import platform
+import sys
+import time
+from typing import Any, Callable, Iterator, Sequence
+
+__all__ = ["main"]
+
+_TOKENIZERS = ("gpt-2", "llama-bpe", "llama-spm", "qwen2", "phi-3")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one suite; returns the process exit code (2 on a usage or corpus error)."""
+    args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    if not getattr(args, "run", None):
+        _parser().print_help(sys.stderr)
+        return 2
+    from bench.corpus import CorpusError
+
+    try:
+        with _output(getattr(args, "jsonl", None)) as (emit, say):
+            return args.run(args, emit, say)
+    except CorpusError as e:
+        print(f"bench: corpus error: {e}", file=sys.stderr)
+        return 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench", description="constrained-decoding benchmarks")
+    sub = p.add_subparsers(dest="suite")
+
+    m = sub.add_parser("masks", help="TTFM / TBM / correctness over a schema corpus, with the peers")
+    m.add_argument("--corpus", help="directory of MaskBench-style {schema, tests} files (default: bench/corpus)")
+    m.add_argument("--tokenizer", default="llama-bpe", choices=_TOKENIZERS)
+    m.add_argument("--engines", nargs="+", default=["ours", "llguidance", "xgrammar", "outlines-core"],
+                   choices=["ours", "llguidance", "xgrammar", "outlines-core"])
+    m.add_argument("--styles", nargs="+", default=["compact", "default"], choices=["compact", "default"])
+    m.add_argument("--schemas", nargs="+", help="only these case names")
+    m.add_argument("--quick", action="store_true", help="a small subset of the default corpus")
+    m.add_argument("--time-limit", type=float, default=20.0, help="seconds per (engine, schema) worker")
+    m.add_argument("--mem-limit-gb", type=float, default=4.0, help="extra address space per worker")
+    m.add_argument("--jsonl", help="write the JSON lines here instead of stdout")
+    m.set_defaults(run=_run_masks)
+
+    d = sub.add_parser("decode", help="tokens/s constrained vs unconstrained (MLX, HF)")
+    d.add_argument("--model", help="local model directory (default: the tiny random llama, llama-bpe vocab)")
+    d.add_argument("--backends", nargs="+", default=["mlx", "hf"], choices=["mlx", "hf"])
+    d.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8])
+    d.add_argument("--max-tokens", type=int, default=64)
+    d.add_argument("--reps", type=int, default=3)
+    d.add_argument("--no-peers", dest="peers", action="store_false",
+                   help="skip llguidance/xgrammar/outlines-core (run by default when installed)")
+    d.add_argument("--jsonl")
+    d.set_defaults(run=_run_decode)
+
+    c = sub.add_parser("cache", help="prefix-trie reuse (bench/bench_cache.py)")
+    c.add_argument("--backends", nargs="+", default=["mlx", "hf"], choices=["mlx", "hf"])
+    c.add_argument("--vocabs", nargs="+", default=["byte-bpe", "llama-spm"])
+    c.add_argument("--reps", type=int, default=5)
+    c.add_argument("--jsonl")
+    c.set_defaults(run=_run_cache)
+
+    k = sub.add_parser("corpus", help="rebuild (--build) or check the default corpus")
+    k.add_argument("--build", action="store_true", help="rewrite bench/corpus from tests/schema_corpus.py + api_shapes")
+    k.add_argument("--corpus", help="check this directory instead")
+    k.set_defaults(run=_run_corpus)
+    return p
+
+
+@contextlib.contextmanager
+def _output(path: str | None) -> Iterator[tuple[Callable[[dict], None], Callable[[str], None]]]:
+    """(emit a JSON line, print a summary line); the summary goes to stdout only when the JSON does not."""
+    fh = open(path, "w", encoding="utf-8") if path else sys.stdout
+    summary = sys.stdout if path else sys.stderr
+
+    def emit(row: dict) -> None:
+        fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+        fh.flush()
+
+    def say(text: str) -> None:
+        print(text, file=summary, flush=True)
+
+    try:
+        yield emit, say
+    finally:
+        if path:
+            fh.close()
+
+
+def machine() -> str:
+    import os
+
+    return f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def _run_masks(args: argparse.Namespace, emit: Callable[[dict], None], say: Callable[[str], None]) -> int:
+    from bench.corpus import DEFAULT_CORPUS, QUICK, load_corpus
+    from bench.masks import STYLES, run_masks, setup_engines
+    from bench.report import masks_disagreements, masks_head_to_head, masks_summary
+    from constrained.gguf_tokenizers import hf_tokenizer
+    from constrained.vocab import Vocabulary
+
+    names = args.schemas or (list(QUICK) if args.quick else None)
+    cases = load_corpus(args.corpus or DEFAULT_CORPUS, names)
+    t0 = time.perf_counter()
+    tok = hf_tokenizer(args.tokenizer)
+    vocab = Vocabulary.from_tokenizer(tok)
+    log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+    engines = setup_engines(args.engines, tok, vocab, log)
+    header = {"suite": "masks", "event": "setup", "tokenizer": args.tokenizer, "vocab_size": vocab.size,
+              "machine": machine(), "styles": {s: repr(STYLES[s]) for s in args.styles},
+              "time_limit_s": args.time_limit, "mem_limit_gb": args.mem_limit_gb, "schemas": len(cases),
+              "engines": {n: {k: v for k, v in i.items() if k != "engine"} for n, i in engines.items()}}
+    emit(header)
+    records = run_masks(cases, engines, tok, vocab, args.styles, time_limit=args.time_limit,
+                        mem_limit=int(args.mem_limit_gb * (1 << 30)), emit=emit, log=log)
+    say(f"\n## masks: {len(cases)} schemas, tokenizer {args.tokenizer} ({vocab.size} tokens), {machine()}")
+    say("styles: " + "; ".join(f"{s} = json.dumps(**{STYLES[s]!r})" for s in args.styles)
+        + "; object members in schema order")
+    for name, info in engines.items():
+        if "engine" in info:
+            say(f"- {name}: {info['engine'].settings}")
+    say(f"limits per (engine, schema): {args.time_limit:g}s, +{args.mem_limit_gb:g} GiB address space; "
+        f"wall {time.perf_counter() - t0:.0f}s\n")
+    say(masks_summary(records, engines))
+    say("\nHead to head (ratios < 1: ours is faster):\n")
+    say(masks_head_to_head(records))
+    say("\nFailures and disagreements with jsonschema:\n")
+    say(masks_disagreements(records))
+    return 0
+
+
+def _run_decode(args: argparse.Namespace, emit: Callable[[dict], None], say: Callable[[str], None]) -> int:
+    from bench.decode import run_decode
+
+    return run_decode(args, emit, say)
+
+
+def _run_cache(args: argparse.Namespace, emit: Callable[[dict], None], say: Callable[[str], None]) -> int:
+    from bench.cache import run_cache
+
+    return run_cache(args, emit, say)
+
+
+def _run_corpus(args: argparse.Namespace, emit: Callable[[dict], None], say: Callable[[str], None]) -> int:
+    from bench.corpus import DEFAULT_CORPUS, build_corpus, load_corpus
+
+    if args.build:
+        paths = build_corpus()
+        say(f"wrote {len(paths)} case files to {DEFAULT_CORPUS}")
+    cases = load_corpus(args.corpus or DEFAULT_CORPUS)
+    n = sum(len(c.tests) for c in cases)
+    valid = sum(c.n_valid for c in cases)
+    emit({"suite": "corpus", "schemas": len(cases), "tests": n, "valid": valid, "invalid": n - valid})
+    say(f"corpus OK: {len(cases)} schemas, {n} tests ({valid} valid, {n - valid} invalid), every label checked")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

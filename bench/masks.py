@@ -1,0 +1,242 @@
+"""Suite `masks`: compile time, mask time and correctness per engine, MaskBench-style.
+
+For every (engine, schema) a forked worker (see `bench.isolate`) compiles the
+schema and walks each test instance token by token, filling the FULL mask
+before each token:
+
+- TTFM, time to first mask = compile + the first mask;
+- TBM, time between masks = every later mask fill (mean, p50, p99 in µs);
+- correctness: a token missing from the mask rejects the instance, and so
+  does a walk that ends where EOS is not allowed. Valid instances rejected
+  and invalid instances accepted are counted (per serialization style).
+
+Instances are tokenized for real (`tokenizer.encode`) and serialized in each
+style of `STYLES`, object members in schema order (every engine's default).
+
+Example:
+    >>> sorted(STYLES)
+    ['compact', 'default']
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from bench.corpus import Case
+from bench.engines import ENGINES, Engine, Unsupported, available
+from bench.isolate import run_isolated
+
+__all__ = ["STYLES", "Walk", "prepare_walks", "run_masks"]
+
+# json.dumps keyword arguments of each serialization style (non-ASCII kept as UTF-8 in both).
+STYLES: dict[str, dict[str, Any]] = {
+    "compact": {"separators": (",", ":"), "ensure_ascii": False},
+    "default": {"ensure_ascii": False},       # ", " and ": ", what json.dumps writes by default
+}
+_MAX_FAILURES_LISTED = 5
+
+
+@dataclass(frozen=True)
+class Walk:
+    """One serialized test instance: its token ids and what the oracle says."""
+
+    test: int
+    style: str
+    valid: bool
+    ids: tuple[int, ...]
+
+
+def encode_exact(tokenizer: Any, token_bytes: Any, text: str) -> list[int] | None:
+    """Token ids spelling exactly `text` (drops a SentencePiece dummy-prefix space); None if impossible."""
+    ids = list(tokenizer.encode(text, add_special_tokens=False))
+    want = text.encode("utf-8")
+    got = b"".join(token_bytes[i] or b"" for i in ids)
+    if got == want:
+        return ids
+    if got == b" " + want and ids and token_bytes[ids[0]] == b" ":
+        return ids[1:]
+    if got == b" " + want and ids:                # "▁{" -> "{" + the rest, re-encoded after a newline
+        probe = list(tokenizer.encode("\n" + text, add_special_tokens=False))
+        nl = [i for i, t in enumerate(probe) if b"".join(token_bytes[j] or b"" for j in probe[: i + 1]).endswith(b"\n")]
+        if nl:
+            rest = probe[nl[0] + 1:]
+            if b"".join(token_bytes[i] or b"" for i in rest) == want:
+                return rest
+    return None
+
+
+def prepare_walks(case: Case, tokenizer: Any, token_bytes: Any, styles: list[str]) -> tuple[list[Walk], list[str]]:
+    """Tokenize every test of `case` in every style; returns (walks, problems)."""
+    walks, problems = [], []
+    for i, t in enumerate(case.tests):
+        for style in styles:
+            text = json.dumps(t["data"], **STYLES[style])
+            ids = encode_exact(tokenizer, token_bytes, text)
+            if ids is None:
+                problems.append(f"test {i} ({style}) does not tokenize back to its text")
+                continue
+            walks.append(Walk(i, style, bool(t["valid"]), tuple(ids)))
+    return walks, problems
+
+
+def _bit(buf: np.ndarray, token: int) -> bool:
+    return bool((int(buf[token >> 5]) >> (token & 31)) & 1)
+
+
+def _walk_one(m: Any, buf: np.ndarray, walk: Walk, eos: int, first_filled: bool) -> dict:
+    """Walk one instance; returns its message (mask/advance times in ns, where it was rejected)."""
+    clock = time.perf_counter_ns
+    mask_ns, adv_ns = [], []
+    at, note = None, ""
+    for k, tok in enumerate(walk.ids):
+        if k or not first_filled:
+            t0 = clock()
+            m.fill(buf)
+            mask_ns.append(clock() - t0)
+        if not _bit(buf, tok):
+            at = k
+            break
+        t0 = clock()
+        ok = m.accept(tok)
+        adv_ns.append(clock() - t0)
+        if not ok:
+            at, note = k, "token in the mask but refused by accept"
+            break
+    if at is None:
+        t0 = clock()
+        m.fill(buf)
+        mask_ns.append(clock() - t0)
+        if not _bit(buf, eos):
+            at, note = len(walk.ids), "EOS not allowed at the end"
+    return {"event": "walk", "test": walk.test, "style": walk.style, "valid": walk.valid, "accepted": at is None,
+            "at": at, "note": note, "mask_ns": mask_ns, "adv_ns": adv_ns}
+
+
+def _case_worker(send: Callable[[dict], None], engine: Engine, schema: Any, walks: list[Walk],
+                 eos: int, n_words: int) -> None:
+    """Body of one forked (engine, schema) worker."""
+    engine.prepare_child()
+    buf = np.zeros(n_words, dtype=np.int32)
+    t0 = time.perf_counter_ns()
+    try:
+        compiled = engine.compile(schema)
+    except Unsupported as e:
+        send({"event": "compile", "status": "unsupported", "error": str(e)[:300]})
+        return
+    t1 = time.perf_counter_ns()
+    m = engine.matcher(compiled)
+    m.fill(buf)
+    t2 = time.perf_counter_ns()
+    send({"event": "compile", "status": "ok", "compile_ns": t1 - t0, "ttfm_ns": t2 - t0})
+    for i, walk in enumerate(walks):
+        try:
+            if i:
+                m = engine.matcher(compiled)
+            send(_walk_one(m, buf, walk, eos, first_filled=(i == 0)))
+        except MemoryError:
+            raise
+        except Exception as e:  # noqa: BLE001 - an engine failing mid-walk is a result
+            send({"event": "walk", "test": walk.test, "style": walk.style, "valid": walk.valid, "accepted": None,
+                  "at": None, "note": f"{type(e).__name__}: {e}"[:200], "mask_ns": [], "adv_ns": []})
+
+
+def _failure(msg: dict, walk: Walk, case: Case, token_text: Callable[[list[int]], str]) -> dict:
+    """Where a walk went wrong, with the text read so far (its last 40 characters)."""
+    at = len(walk.ids) if msg["at"] is None else msg["at"]
+    return {"test": msg["test"], "description": case.tests[msg["test"]]["description"], "style": msg["style"],
+            "valid": msg["valid"], "at_token": msg["at"], "read": token_text(list(walk.ids[:at]))[-40:],
+            "next": token_text(list(walk.ids[at:at + 1])), "note": msg["note"]}
+
+
+def case_record(engine: str, case: Case, walks: list[Walk], outcome: Any,
+                token_text: Callable[[list[int]], str] = lambda ids: "") -> dict:
+    """One JSON line for an (engine, schema) run from the worker's messages."""
+    comp = next((m for m in outcome.messages if m["event"] == "compile"), None)
+    done = [m for m in outcome.messages if m["event"] == "walk"]
+    mask_ns = [t for m in done for t in m["mask_ns"]]
+    adv_ns = [t for m in done for t in m["adv_ns"]]
+    status = comp["status"] if comp else outcome.status
+    rec = {
+        "suite": "masks", "engine": engine, "schema": case.name, "status": status,
+        "error": (comp or {}).get("error") or ("" if comp else outcome.detail),
+        "compile_ms": _ms(comp, "compile_ns"), "ttfm_ms": _ms(comp, "ttfm_ns"),
+        "masks": len(mask_ns), "mask_ns_sum": int(sum(mask_ns)),
+        "tbm_mean_us": _us(np.mean(mask_ns)) if mask_ns else None,
+        "tbm_p50_us": _us(np.percentile(mask_ns, 50)) if mask_ns else None,
+        "tbm_p99_us": _us(np.percentile(mask_ns, 99)) if mask_ns else None,
+        "advance_mean_us": _us(np.mean(adv_ns)) if adv_ns else None,
+        "walks": len(walks), "walks_done": len(done),
+        "valid_total": sum(w.valid for w in walks), "invalid_total": sum(not w.valid for w in walks),
+        "valid_rejected": sum(1 for m in done if m["valid"] and m["accepted"] is False),
+        "invalid_accepted": sum(1 for m in done if not m["valid"] and m["accepted"]),
+        "walk_errors": sum(1 for m in done if m["accepted"] is None),
+        "inconsistent": sum(1 for m in done if m["note"].startswith("token in the mask")),
+        "late_failure": outcome.status if comp and outcome.status != "ok" else "",
+        "wall_s": round(outcome.wall_s, 3),
+    }
+    by_key = {(w.test, w.style): w for w in walks}
+    rec["failures"] = [_failure(m, by_key[(m["test"], m["style"])], case, token_text)
+                       for m in done if m["accepted"] is None or m["accepted"] != m["valid"]][:_MAX_FAILURES_LISTED]
+    rec["mask_ns"] = mask_ns                       # pooled by the summary, dropped before printing
+    return rec
+
+
+def _ms(msg: dict | None, key: str) -> float | None:
+    return None if not msg or key not in msg else round(msg[key] / 1e6, 3)
+
+
+def _us(ns: float) -> float:
+    return round(float(ns) / 1e3, 2)
+
+
+def setup_engines(names: list[str], tokenizer: Any, vocab: Any, log: Callable[[str], None]) -> dict[str, dict]:
+    """Instantiate and set up each available engine; returns name -> {engine, setup_s, version} or skip note."""
+    out: dict[str, dict] = {}
+    for name in names:
+        if not available(name):
+            log(f"[masks] {name}: not installed, skipped (pip install '.[bench]')")
+            out[name] = {"skipped": "not installed"}
+            continue
+        engine = ENGINES[name]()
+        t0 = time.perf_counter()
+        try:
+            engine.setup(tokenizer, vocab)
+        except Exception as e:  # noqa: BLE001 - a peer that cannot load this tokenizer is skipped, not fatal
+            log(f"[masks] {name}: setup failed, skipped: {type(e).__name__}: {e}")
+            out[name] = {"skipped": f"setup failed: {e}"[:200]}
+            continue
+        out[name] = {"engine": engine, "setup_s": round(time.perf_counter() - t0, 3), "version": engine.version()}
+        log(f"[masks] {name} {out[name]['version']}: per-vocabulary setup {out[name]['setup_s']}s")
+    return out
+
+
+def run_masks(cases: list[Case], engines: dict[str, dict], tokenizer: Any, vocab: Any, styles: list[str], *,
+              time_limit: float, mem_limit: int, emit: Callable[[dict], None],
+              log: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> list[dict]:
+    """Run every (engine, case); `emit` gets each JSON record as it completes. Returns the records."""
+    eos = int(tokenizer.eos_token_id)
+    text = lambda ids: b"".join(vocab.token_bytes[i] or b"" for i in ids).decode("utf-8", "replace")  # noqa: E731
+    n_words = (vocab.size + 31) // 32
+    records = []
+    for case in cases:
+        walks, problems = prepare_walks(case, tokenizer, vocab.token_bytes, styles)
+        for p in problems:
+            log(f"[masks] {case.name}: {p}; skipped")
+        for name, info in engines.items():
+            if "engine" not in info:
+                continue
+            outcome = run_isolated(_case_worker, (info["engine"], case.schema, walks, eos, n_words),
+                                   time_limit=time_limit, mem_limit=mem_limit)
+            rec = case_record(name, case, walks, outcome, text)
+            records.append(rec)
+            emit({k: v for k, v in rec.items() if k != "mask_ns"})
+            log(f"[masks] {case.name:28s} {name:13s} {rec['status']:11s} ttfm={rec['ttfm_ms']}ms "
+                f"tbm={rec['tbm_mean_us']}us vr={rec['valid_rejected']} ia={rec['invalid_accepted']} "
+                f"{rec['late_failure']}")
+    return records

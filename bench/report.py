@@ -1,0 +1,119 @@
+"""Summary tables for the suites: plain-text (Markdown) tables from the per-case records.
+
+Example:
+    >>> print(table(["engine", "n"], [["ours", 1]]))
+    | engine | n |
+    |---|---|
+    | ours | 1 |
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+__all__ = ["table", "masks_summary", "masks_head_to_head"]
+
+_FAILURES = ("unsupported", "timeout", "oom", "crash")
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A Markdown table (None prints as "-")."""
+    def cell(v: Any) -> str:
+        return "-" if v is None else str(v)
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _r(x: float | None, nd: int = 1) -> float | None:
+    return None if x is None or np.isnan(x) else round(float(x), nd)
+
+
+def masks_summary(records: list[dict], engines: dict[str, dict]) -> str:
+    """Per-engine totals: compile failures by kind, TTFM, TBM, valid rejected, invalid accepted."""
+    header = ["engine", "vocab setup s", "schemas ok", "unsupported", "timeout", "oom", "crash", "TTFM mean ms", "TTFM p50 ms",
+              "TBM mean µs", "TBM p50 µs", "TBM p99 µs", "valid rejected", "invalid accepted", "all tests pass"]
+    rows = []
+    for name, info in engines.items():
+        if "engine" not in info:
+            rows.append([f"{name} (skipped: {info['skipped']})"] + [None] * (len(header) - 1))
+            continue
+        recs = [r for r in records if r["engine"] == name]
+        ok = [r for r in recs if r["status"] == "ok"]
+        ttfm = [r["ttfm_ms"] for r in ok]
+        pooled = np.array([t for r in recs for t in r["mask_ns"]], dtype=np.float64) / 1e3
+        fails = {k: sum(1 for r in recs if r["status"] == k or r["late_failure"] == k) for k in _FAILURES}
+        vr = sum(r["valid_rejected"] + r["walk_errors"] for r in ok)
+        vt = sum(r["valid_total"] for r in ok)
+        ia = sum(r["invalid_accepted"] for r in ok)
+        it = sum(r["invalid_total"] for r in ok)
+        passing = sum(1 for r in ok if not r["late_failure"] and r["walks_done"] == r["walks"]
+                      and not (r["valid_rejected"] or r["invalid_accepted"] or r["walk_errors"]))
+        rows.append([
+            f"{name} {info['version']}", info["setup_s"], f"{len(ok)}/{len(recs)}", fails["unsupported"], fails["timeout"],
+            fails["oom"], fails["crash"], _r(np.mean(ttfm)) if ttfm else None,
+            _r(np.median(ttfm)) if ttfm else None,
+            _r(pooled.mean()) if pooled.size else None, _r(np.percentile(pooled, 50)) if pooled.size else None,
+            _r(np.percentile(pooled, 99)) if pooled.size else None,
+            f"{vr}/{vt}", f"{ia}/{it}", f"{passing}/{len(recs)}",
+        ])
+    return table(header, rows)
+
+
+def masks_head_to_head(records: list[dict], ours: str = "ours") -> str:
+    """Ratios ours/peer on the schemas both compiled: TTFM (median of per-schema ratios) and TBM (mean)."""
+    by = {(r["engine"], r["schema"]): r for r in records}
+    peers = sorted({r["engine"] for r in records} - {ours})
+    header = ["peer", "schemas both ok", "TTFM ours/peer (median)", "TTFM ours faster on",
+              "TBM mean ours/peer", "TBM p99 ours/peer", "compile+all masks ours/peer"]
+    rows = []
+    for peer in peers:
+        shared = [s for (e, s), r in by.items() if e == ours and r["status"] == "ok"
+                  and by.get((peer, s), {}).get("status") == "ok"]
+        if not shared:
+            rows.append([peer, 0] + [None] * 5)
+            continue
+        ratios = [by[(ours, s)]["ttfm_ms"] / max(by[(peer, s)]["ttfm_ms"], 1e-6) for s in shared]
+        mo = np.array([t for s in shared for t in by[(ours, s)]["mask_ns"]], dtype=np.float64)
+        mp = np.array([t for s in shared for t in by[(peer, s)]["mask_ns"]], dtype=np.float64)
+        total_o = sum(by[(ours, s)]["ttfm_ms"] * 1e6 + by[(ours, s)]["mask_ns_sum"] for s in shared)
+        total_p = sum(by[(peer, s)]["ttfm_ms"] * 1e6 + by[(peer, s)]["mask_ns_sum"] for s in shared)
+        rows.append([
+            peer, len(shared), _r(np.median(ratios), 2), f"{sum(x < 1 for x in ratios)}/{len(shared)}",
+            _r(mo.mean() / mp.mean(), 2) if mo.size and mp.size else None,
+            _r(np.percentile(mo, 99) / np.percentile(mp, 99), 2) if mo.size and mp.size else None,
+            _r(total_o / total_p, 2),
+        ])
+    return table(header, rows)
+
+
+def masks_disagreements(records: list[dict], limit: int = 40) -> str:
+    """Schemas where an engine failed to compile or got a test wrong (the details behind the totals)."""
+    rows = []
+    for r in records:
+        wrong = r["valid_rejected"] + r["invalid_accepted"] + r["walk_errors"]
+        if r["status"] != "ok" or wrong or r["late_failure"]:
+            what = r["status"] if r["status"] != "ok" else (r["late_failure"] or "")
+            rows.append([r["schema"], r["engine"], what, r["valid_rejected"], r["invalid_accepted"],
+                         _first_problem(r)])
+    rows.sort()
+    more = f"\n({len(rows) - limit} more in the JSON lines)" if len(rows) > limit else ""
+    return table(["schema", "engine", "failure", "valid rejected", "invalid accepted", "first problem"],
+                 rows[:limit]) + more
+
+
+def _first_problem(r: dict) -> str:
+    if r["error"]:
+        text = r["error"]
+    elif r["failures"]:
+        f = r["failures"][0]
+        verdict = "rejected" if f["valid"] else "accepted"
+        where = f"EOS refused after {f['read']!r}" if f["note"].startswith("EOS") else (
+            f"{f['next']!r} refused after {f['read']!r}" if f["valid"] else f"{f['read']!r}")
+        text = f"{f['description']} ({f['style']}) {verdict}: {where} {f['note'] if f['valid'] else ''}"
+    else:
+        text = r["late_failure"]
+    return text[:110].replace("|", "/").replace("\n", "\\n").strip()

@@ -1,0 +1,118 @@
+"""The benchmark harness itself: corpus checks, worker isolation, the masks suite's counting."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import numpy as np
+import pytest
+
+from bench.corpus import DEFAULT_CORPUS, QUICK, CorpusError, load_corpus
+from bench.engines import Engine, _Matcher
+from bench.isolate import run_isolated
+from bench.masks import encode_exact, run_masks
+from bench.report import masks_disagreements, masks_summary
+
+
+def _write(tmp_path, name, schema, tests):
+    (tmp_path / f"{name}.json").write_text(json.dumps({"schema": schema, "tests": tests}))
+
+
+def test_default_corpus_loads_and_quick_subset_exists():
+    cases = load_corpus(DEFAULT_CORPUS)
+    names = {c.name for c in cases}
+    assert len(cases) >= 75 and set(QUICK) <= names
+    assert all(c.n_valid and c.n_valid < len(c.tests) for c in cases if c.name not in ("any_true", "any_empty", "nothing"))
+
+
+def test_mislabeled_test_fails_loudly(tmp_path):
+    _write(tmp_path, "ok", {"type": "integer"}, [{"data": 1, "valid": True}])
+    _write(tmp_path, "bad", {"type": "integer", "maximum": 3}, [{"data": 4, "valid": True}])
+    with pytest.raises(CorpusError, match="bad: 1 mislabeled.*4 labeled valid=True"):
+        load_corpus(tmp_path)
+    assert [c.name for c in load_corpus(tmp_path, ["ok"])] == ["ok"]
+
+
+def test_oracle_reads_formats_and_decimal_multiples(tmp_path):
+    _write(tmp_path, "fmt", {"type": "string", "format": "date-time"}, [{"data": "2024-01-31 23:59:59Z", "valid": True}])
+    with pytest.raises(CorpusError):
+        load_corpus(tmp_path)
+    _write(tmp_path, "fmt", {"type": "number", "multipleOf": 0.01}, [{"data": 19.99, "valid": True}])
+    assert load_corpus(tmp_path)[0].tests[0]["valid"]
+
+
+def _slow(send):
+    send({"event": "compile", "status": "ok"})
+    time.sleep(30)
+
+
+def _hog(send):
+    send({"event": "started"})
+    blocks = []
+    while True:
+        blocks.append(np.empty(64 << 20, dtype=np.uint8))   # address space only: no page is touched
+
+
+def _abort(send):
+    send({"event": "started"})
+    os.abort()
+
+
+@pytest.mark.parametrize(("target", "status"), [(_slow, "timeout"), (_hog, "oom"), (_abort, "crash")])
+def test_worker_failures_are_classified_and_keep_partial_results(target, status):
+    out = run_isolated(target, (), time_limit=3, mem_limit=256 << 20)
+    assert out.status == status, out.detail
+    assert out.messages[0]["event"] in ("compile", "started") and out.wall_s < 10
+
+
+class _AcceptAll(Engine):
+    """Allows every token and EOS everywhere: must accept every invalid instance."""
+
+    name = "accept-all"
+
+    def setup(self, tokenizer, vocab):
+        self.n = vocab.size
+
+    def compile(self, schema):
+        return None
+
+    def matcher(self, compiled):
+        return _Matcher(lambda buf: buf.fill(-1), lambda t: True)
+
+    def version(self):
+        return "test"
+
+
+def test_masks_suite_counts_on_a_real_tokenizer(tmp_path, hf_tok, vocabulary):
+    tok, vocab = hf_tok("gpt-2"), vocabulary("gpt-2")
+    _write(tmp_path, "person", {"type": "object", "properties": {"name": {"type": "string"}},
+                                "required": ["name"], "additionalProperties": False},
+           [{"data": {"name": "Ada"}, "valid": True}, {"data": {"name": 3}, "valid": False},
+            {"data": {}, "valid": False}])
+    from bench.engines import Ours
+
+    engines = {}
+    for e in (Ours(), _AcceptAll()):
+        e.setup(tok, vocab)
+        engines[e.name] = {"engine": e, "setup_s": 0.0, "version": e.version()}
+    rows = []
+    recs = run_masks(load_corpus(tmp_path), engines, tok, vocab, ["compact", "default"], time_limit=60,
+                     mem_limit=2 << 30, emit=rows.append, log=lambda s: None)
+    by = {r["engine"]: r for r in recs}
+    assert [r["engine"] for r in rows] == ["ours", "accept-all"]
+    assert by["ours"]["status"] == "ok" and by["ours"]["walks_done"] == 6
+    assert (by["ours"]["valid_rejected"], by["ours"]["invalid_accepted"]) == (0, 0)
+    assert by["ours"]["masks"] > 10 and by["ours"]["ttfm_ms"] > 0
+    assert (by["accept-all"]["valid_rejected"], by["accept-all"]["invalid_accepted"]) == (0, 4)
+    assert by["accept-all"]["failures"][0]["description"] == "" and not by["accept-all"]["failures"][0]["valid"]
+    summary = masks_summary(recs, engines)
+    assert "| 0/2 | 0/4 | 1/1 |" in summary and "| 0/2 | 4/4 | 0/1 |" in summary
+    assert "accept-all" in masks_disagreements(recs)
+
+
+def test_encode_exact_drops_the_sentencepiece_dummy_prefix(hf_tok, vocabulary):
+    tok, vocab = hf_tok("llama-spm"), vocabulary("llama-spm")
+    ids = encode_exact(tok, vocab.token_bytes, '{"a": 1}')
+    assert ids is not None and b"".join(vocab.token_bytes[i] for i in ids) == b'{"a": 1}'

@@ -1,0 +1,372 @@
+"""Token FSM and Guide, on real vocabularies, against a brute-force oracle.
+
+The oracle walks *every* token's bytes through the byte DFA from a state
+(vectorized over a padded token x byte matrix: it shares no code with the trie
+walk or the slices) and allows EOS iff the state accepts.  States come from
+walking valid strings of regexes and JSON schemas byte by byte, so they
+include states inside multi-byte characters, counters and escapes.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from constrained.compile import compile_json_schema, compile_regex
+from constrained.errors import IncompatibleVocabularyError
+from constrained.slices import equivalent as equivalent_states
+from constrained.token_fsm import TokenFSM
+from constrained.vocab import Vocabulary
+from grammars.dfa import LazyDFA
+from grammars.regex import regex_grammar
+from bench.mask_corpus import CASES as BENCH_CASES
+from tests.schema_corpus import BY_NAME
+
+VOCABS = ["gpt-2", "llama-bpe", "llama-spm", "qwen2"]
+
+# (regex, valid strings whose byte prefixes give the states to check)
+REGEXES = [
+    (r"[a-z]+@[a-z]+\.com", ["john@example.com", "a@b.com"]),
+    (r"\d{3}-\d{4}", ["555-1234"]),
+    (r"(foo|bar)*baz", ["foobarfoobaz"]),
+    (r".{0,12}", ["héllo wörld!", "日本語のテキスト"]),
+    (r'"([^"\\]|\\.)*"', ['"a \\"quoted\\" word, ok"', '"ünïcödé 😀"']),
+    (r"[a-z ]{2,40}", ["the quick brown fox jumps"]),
+    (r'\{"id": [0-9]{1,5}, "tags": \[("[a-z]{1,8}"(, )?)*\]\}', ['{"id": 42, "tags": ["ab", "cdef"]}']),
+    # a long counter: slice chains over many character levels
+    (r'[^"\\\x00-\x1f]{0,300}', ["Ünïcode text, 日本語, emoji 😀 and plain ASCII words " * 3]),
+]
+SCHEMAS = ["object_required", "string_length", "format_email", "enum_mixed", "tool_call",
+           "pydantic_like", "not_enum", "number_plain", "format_datetime", "array_of_objects"]
+
+
+# ---------------------------------------------------------------------------
+# the oracle
+
+
+class Oracle:
+    """Every usable token's bytes as a padded matrix, walked through a DFA column by column."""
+
+    def __init__(self, vocab: Vocabulary) -> None:
+        eos = set(vocab.eos_token_ids)
+        self.ids = np.array([i for i, b in enumerate(vocab.token_bytes) if b and i not in eos], dtype=np.int64)
+        toks = [vocab.token_bytes[i] for i in self.ids]
+        self.lens = np.array([len(t) for t in toks])
+        width = int(self.lens.max())
+        buf = b"".join(t.ljust(width, b"\0") for t in toks)
+        self.mat = np.frombuffer(buf, dtype=np.uint8).reshape(len(toks), width)
+        self.eos = np.array(sorted(eos), dtype=np.int64)
+
+    def walk(self, dfa, state: int) -> tuple[np.ndarray, np.ndarray]:
+        """(allowed sorted ids incl. EOS iff accepting, next state per usable token or -1)."""
+        states = np.full(len(self.ids), state, dtype=np.int64)
+        for j in range(self.mat.shape[1]):
+            idx = np.flatnonzero((self.lens > j) & (states >= 0))
+            if not len(idx):
+                break
+            dfa.expand(np.unique(states[idx]))
+            states[idx] = dfa.table[states[idx], dfa.byte_class[self.mat[idx, j]]]
+        allowed = self.ids[states >= 0]
+        if dfa.is_accepting(state):
+            allowed = np.union1d(allowed, self.eos)
+        return np.sort(allowed), states
+
+
+_oracles: dict[str, Oracle] = {}
+
+
+@pytest.fixture(scope="session")
+def oracle(vocabulary):
+    def get(name: str) -> Oracle:
+        if name not in _oracles:
+            _oracles[name] = Oracle(vocabulary(name))
+        return _oracles[name]
+    return get
+
+
+def prefix_states(dfa, texts: list[bytes], limit: int) -> list[int]:
+    """Distinct DFA states at every byte prefix of `texts` (evenly subsampled to `limit`)."""
+    states: list[int] = []
+    for text in texts:
+        q = dfa.initial
+        states.append(q)
+        for b in text:
+            q = dfa.next_state(q, b)
+            assert q >= 0, text
+            states.append(q)
+    states = list(dict.fromkeys(states))
+    if len(states) > limit:
+        states = [states[i * len(states) // limit] for i in range(limit)]
+    return states
+
+
+def unpack(bitmask: np.ndarray, size: int) -> np.ndarray:
+    return np.flatnonzero(np.unpackbits(bitmask.view(np.uint8), bitorder="little")[:size])
+
+
+def check_states(fsm: TokenFSM, oracle: Oracle, states: list[int], rng: random.Random) -> None:
+    dfa, size = fsm.dfa, fsm.index.size
+    for q in states:
+        expected, nxt = oracle.walk(dfa, q)
+        got = fsm.allowed_token_ids(q)
+        assert got.dtype == np.int32 and np.all(np.diff(got) > 0)
+        if not np.array_equal(got, expected):
+            extra, missing = np.setdiff1d(got, expected), np.setdiff1d(expected, got)
+            tb = fsm.vocab.token_bytes
+            pytest.fail(f"state {q}: {len(extra)} extra e.g. {[tb[i] for i in extra[:5]]}, "
+                        f"{len(missing)} missing e.g. {[tb[i] for i in missing[:5]]}")
+        assert np.array_equal(unpack(fsm.bitmask(q), size), expected)
+        # next states of a sample of allowed tokens: the DFA's own, or an equivalent state
+        alive = np.flatnonzero(nxt >= 0)
+        for k in rng.sample(list(alive), min(25, len(alive))):
+            want, have = int(nxt[k]), fsm.next_state(q, int(oracle.ids[k]))
+            assert have == want or equivalent_states(dfa, have, want), (q, oracle.ids[k])
+
+
+# ---------------------------------------------------------------------------
+# differential tests
+
+
+@pytest.mark.parametrize("name", VOCABS)
+@pytest.mark.parametrize("pattern,texts", REGEXES, ids=[r[0][:24] for r in REGEXES])
+def test_regex_masks_match_brute_force(name, pattern, texts, vocabulary, oracle):
+    vocab = vocabulary(name)
+    fsm = TokenFSM(LazyDFA(regex_grammar(pattern)), vocab)
+    states = prefix_states(fsm.dfa, [t.encode() for t in texts], limit=8)
+    check_states(fsm, oracle(name), states, random.Random(0))
+
+
+@pytest.mark.parametrize("name", VOCABS)
+@pytest.mark.parametrize("case", SCHEMAS)
+def test_schema_masks_match_brute_force(name, case, vocabulary, oracle):
+    vocab = vocabulary(name)
+    entry = BY_NAME[case]
+    fsm = compile_json_schema(entry["schema"], vocab, **entry["options"])
+    texts = [json.dumps(v, ensure_ascii=False).encode() for v in entry["valid"]]
+    texts = [t for t in texts if fsm.dfa.matches(t)]
+    assert texts, case
+    check_states(fsm, oracle(name), prefix_states(fsm.dfa, texts, limit=8), random.Random(1))
+
+
+@pytest.mark.parametrize("name", ["llama-bpe", "gpt-2"])
+@pytest.mark.parametrize("case", BENCH_CASES, ids=[c["name"] for c in BENCH_CASES])
+def test_realistic_schema_masks_match_brute_force(name, case, vocabulary, oracle):
+    fsm = compile_json_schema(case["schema"], vocabulary(name))
+    texts = [json.dumps(v, ensure_ascii=False).encode() for v in case["instances"]]
+    check_states(fsm, oracle(name), prefix_states(fsm.dfa, texts, limit=10), random.Random(2))
+
+
+def test_slices_off_gives_same_masks(vocabulary):
+    vocab = vocabulary("llama-bpe")
+    for pattern, texts in REGEXES:
+        dfa = LazyDFA(regex_grammar(pattern))
+        sliced, plain = TokenFSM(dfa, vocab), TokenFSM(dfa, vocab, use_slices=False)
+        for q in prefix_states(dfa, [t.encode() for t in texts], limit=8):
+            assert np.array_equal(sliced.bitmask(q), plain.bitmask(q)), (pattern, q)
+
+
+# ---------------------------------------------------------------------------
+# Guide semantics
+
+
+@pytest.fixture(scope="session")
+def gpt2(vocabulary):
+    return vocabulary("gpt-2")
+
+
+def encode(tokenizer, text: str) -> list[int]:
+    return tokenizer.encode(text, add_special_tokens=False).ids
+
+
+def test_guide_walk_eos_and_finish(gpt2, tokenizer):
+    fsm = compile_regex(r"(ab|cd)+", gpt2)
+    g = fsm.guide()
+    eos = gpt2.eos_token_ids[0]
+    assert eos not in g.allowed_token_ids()              # empty text is no match
+    assert not g.advance(eos) and g.num_tokens == 0
+    for tok in encode(tokenizer("gpt-2"), "abcdab"):
+        assert g.advance(tok)
+    assert eos in g.allowed_token_ids() and not g.is_finished()
+    assert g.advance(eos)
+    assert g.is_finished() and g.allowed_token_ids().tolist() == [eos]
+    assert not g.advance(encode(tokenizer("gpt-2"), "ab")[0])
+
+
+def test_guide_rejects_bad_tokens_unchanged(gpt2, tokenizer):
+    g = compile_regex(r"[0-9]{2,4}", gpt2).guide()
+    assert g.advance(encode(tokenizer("gpt-2"), "12")[0])
+    before = (g.state, g.num_tokens, g.allowed_token_ids().copy())
+    for bad in (encode(tokenizer("gpt-2"), "x")[0], -1, gpt2.size, 10**12, "7", None, 1.5):
+        assert g.advance(bad) is False
+    assert (g.state, g.num_tokens) == before[:2]
+    assert np.array_equal(g.allowed_token_ids(), before[2])
+    assert g.advance(np.int64(encode(tokenizer("gpt-2"), "3")[0]))   # numpy scalars are fine
+
+
+def test_fork_and_rollback(gpt2, tokenizer):
+    toks = encode(tokenizer("gpt-2"), '{"a": [1, 2, 3]}')
+    fsm = compile_json_schema({"type": "object"}, gpt2)
+    g = fsm.guide()
+    seen = [g.allowed_token_ids().copy()]
+    for t in toks:
+        assert g.advance(t)
+        seen.append(g.allowed_token_ids().copy())
+    f = g.fork()
+    g.rollback(3)
+    assert np.array_equal(g.allowed_token_ids(), seen[-4]) and g.num_tokens == len(toks) - 3
+    assert f.num_tokens == len(toks) and np.array_equal(f.allowed_token_ids(), seen[-1])
+    assert f.advance(gpt2.eos_token_ids[0]) and f.is_finished() and not g.is_finished()
+    f.rollback(1)
+    assert not f.is_finished()
+    with pytest.raises(ValueError):
+        g.rollback(len(toks))
+    g.rollback(0)
+    g.reset()
+    assert g.num_tokens == 0 and np.array_equal(g.allowed_token_ids(), seen[0])
+
+
+def test_fill_bitmask_matches_allowed(vocabulary, tokenizer):
+    vocab = vocabulary("llama-bpe")
+    fsm = compile_json_schema(BY_NAME["tool_call"]["schema"], vocab)
+    g = fsm.guide()
+    buf = np.full((2, (vocab.size + 31) // 32), -1, dtype=np.int32)
+    text = json.dumps(BY_NAME["tool_call"]["valid"][0])
+    for t in encode(tokenizer("llama-bpe"), text) + [vocab.eos_token_ids[0]]:
+        g.fill_bitmask(buf[1])
+        assert np.array_equal(unpack(buf[1], vocab.size), g.allowed_token_ids())
+        assert (buf[0] == -1).all()                       # only the given row is written
+        assert g.advance(t)
+    g.fill_bitmask(buf[1])
+    assert unpack(buf[1], vocab.size).tolist() == list(vocab.eos_token_ids)
+
+
+def test_nothing_but_eos(gpt2):
+    g = compile_regex(r"ok", gpt2).guide()
+    assert g.advance(gpt2.token_bytes.index(b"ok"))
+    assert g.allowed_token_ids().tolist() == list(gpt2.eos_token_ids)
+    assert g.is_finished() and g.forced_tokens() == ()
+
+
+def test_special_tokens_never_allowed(vocabulary):
+    vocab = vocabulary("llama-bpe")
+    g = compile_regex(r"(.|\n)*", vocab).guide()          # anything at all
+    allowed = set(g.allowed_token_ids().tolist())
+    special = {i for i, b in enumerate(vocab.token_bytes) if b is None}
+    assert special and not (special - set(vocab.eos_token_ids)) & allowed
+    assert set(vocab.eos_token_ids) <= allowed
+
+
+def test_forced_tokens(vocabulary, tokenizer):
+    vocab = vocabulary("llama-bpe")
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+              "required": ["name", "age"], "additionalProperties": False}
+    fsm = compile_json_schema(schema, vocab, whitespace="compact")
+    g = fsm.guide()
+    # keys may be spelled with escapes (`"\u006eame"`), so only `{"` is forced at first
+    assert vocab.decode(g.forced_tokens()) == b'{"'
+    for t in g.forced_tokens():
+        assert g.advance(t)
+    for t in encode(tokenizer("llama-bpe"), "name"):
+        assert g.advance(t)
+    forced = g.forced_tokens()
+    assert vocab.decode(forced) == b'":"'
+    for t in forced:
+        assert g.advance(t)
+    assert g.forced_tokens() == ()                         # inside the string: free
+    for t in encode(tokenizer("llama-bpe"), 'Bob",'):
+        assert g.advance(t)
+    assert vocab.decode(g.forced_tokens()) == b'"'
+
+
+def test_incompatible_vocabulary():
+    vocab = Vocabulary.from_token_bytes([b"a", b"b", b"ab", None], eos_token_ids=[3])
+    with pytest.raises(IncompatibleVocabularyError) as err:
+        compile_regex(r"x[ab]*", vocab)
+    assert err.value.missing == [ord("x")]
+    assert compile_regex(r"(ab)*", vocab).guide().allowed_token_ids().tolist() == [0, 2, 3]
+
+
+def test_compile_cache_and_inputs(gpt2):
+    schema = {"type": "object", "properties": {"x": {"type": "integer"}}}
+    a = compile_json_schema(schema, gpt2)
+    assert compile_json_schema(json.dumps(schema), gpt2) is a
+    assert compile_json_schema(schema, gpt2, whitespace="compact") is not a
+    pydantic = pytest.importorskip("pydantic")
+
+    class Point(pydantic.BaseModel):
+        x: int
+        y: int
+
+    g = compile_json_schema(Point, gpt2).guide()
+    for t in gpt2_encode(gpt2, '{"x": 1, "y": 2}'):
+        assert g.advance(t)
+    assert gpt2.eos_token_ids[0] in g.allowed_token_ids()
+
+
+def gpt2_encode(vocab: Vocabulary, text: str) -> list[int]:
+    """Greedy longest-match segmentation (a valid, non-canonical tokenization)."""
+    return segment(vocab, text.encode(), random.Random(0), greedy=True)
+
+
+# ---------------------------------------------------------------------------
+# every tokenization of allowed text is allowed
+
+
+def segment(vocab: Vocabulary, data: bytes, rng: random.Random, greedy: bool = False) -> list[int]:
+    """Split `data` into random pieces that are tokens of `vocab` (single bytes always exist)."""
+    index = _piece_index(vocab)
+    out, i = [], 0
+    while i < len(data):
+        options = [n for n in range(1, min(16, len(data) - i) + 1) if data[i:i + n] in index]
+        n = max(options) if greedy else rng.choice(options)
+        out.append(rng.choice(index[data[i:i + n]]))
+        i += n
+    return out
+
+
+_pieces: dict[str, dict[bytes, list[int]]] = {}
+
+
+def _piece_index(vocab: Vocabulary) -> dict[bytes, list[int]]:
+    key = vocab.fingerprint
+    if key not in _pieces:
+        eos = set(vocab.eos_token_ids)
+        index: dict[bytes, list[int]] = {}
+        for i, b in enumerate(vocab.token_bytes):
+            if b and i not in eos:
+                index.setdefault(b, []).append(i)
+        _pieces[key] = index
+    return _pieces[key]
+
+
+PROPERTY_REGEXES = [r"[a-z]{1,6}(-[a-z0-9]{1,4}){0,3}", r"\d{1,3}(\.\d{1,3}){3}",
+                    r"[A-Za-zÀ-ÿ ]{1,30}", r'"([^"\\\n]|\\[nt"])*"']
+
+
+@pytest.mark.parametrize("pattern", PROPERTY_REGEXES)
+@pytest.mark.parametrize("name", ["llama-bpe", "qwen2", "llama-spm"])
+def test_every_tokenization_is_accepted(pattern, name, vocabulary, tokenizer):
+    vocab = vocabulary(name)
+    fsm = compile_regex(pattern, vocab)
+    canonical = name != "llama-spm"                # SentencePiece prepends a space to the text
+
+    @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.from_regex(pattern, fullmatch=True), st.randoms(use_true_random=False))
+    def run(text, rng):
+        data = text.encode()
+        encodings = [segment(vocab, data, rng), segment(vocab, data, rng, greedy=True)]
+        if canonical:
+            encodings.append(encode(tokenizer(name), text))
+        for ids in encodings:
+            assert vocab.decode(ids) == data
+            g = fsm.guide()
+            for t in ids:
+                assert g.advance(t), (text, ids, t)
+            assert set(vocab.eos_token_ids) <= set(g.allowed_token_ids().tolist())
+
+    run()
