@@ -4,7 +4,7 @@ Same tiny random model, same prompts, same number of generated tokens, all
 variants timed in one run, interleaved, best of `--reps` (the machine is shared,
 so ratios matter, not absolute tokens/s):
 
-- ``engine=constrained``: `constrained.generation` on the `MLXLM` backend (the
+- ``engine=constrained``: `constrained.generate` on the `MLXLM` backend (the
   trie path): no constraint vs a JSON schema vs a regex, at batch 1 and 8
   (``n`` samples of one prompt). The trie's logprobs are cleared before each
   run so no run replays another's cache. Neither constrained workload can
@@ -71,7 +71,7 @@ def _report(engine: str, batch: int, results: dict[str, tuple[float, int]], **ex
 
 
 def bench_constrained(lm: Any, batch: int, tokens: int, reps: int) -> dict[str, tuple[float, int]]:
-    from constrained.generation import generate
+    from constrained.generate import generate
 
     def run(**constraint: Any) -> Callable[[], int]:
         def fn() -> int:

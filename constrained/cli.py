@@ -102,7 +102,7 @@ def _run_generate(args: argparse.Namespace) -> int:
     load_s = time.perf_counter() - started
     if note:
         print(note, file=sys.stderr)
-    from constrained.generation import generate_batch
+    from constrained.generate import generate_batch
 
     stats_before = dict(model.stats)
     started = time.perf_counter()
@@ -114,7 +114,7 @@ def _run_generate(args: argparse.Namespace) -> int:
 
 
 def _requests(args: argparse.Namespace) -> list[Any]:
-    from constrained.generation import GenerationRequest
+    from constrained.generate import GenerationRequest
 
     common = dict(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
                   seed=args.seed, n=args.n, chat=args.chat)
@@ -198,7 +198,7 @@ _LINE_KEYS = {"prompt", "schema", "regex", "n", "max_tokens", "temperature", "to
 
 
 def _request_from_line(line: str, lineno: int, args: argparse.Namespace, common: dict[str, Any]) -> Any:
-    from constrained.generation import GenerationRequest
+    from constrained.generate import GenerationRequest
 
     where = f"{args.input}:{lineno}"
     try:
@@ -236,7 +236,7 @@ def _load_model(args: argparse.Namespace) -> tuple[Any, str]:
             return _tiny_lm(path, backend), note
         if not Path(args.model).is_dir():
             raise UsageError(f"--model: no such model directory: {args.model} (nothing is downloaded from a model hub)")
-        from constrained.generation import resolve_model
+        from constrained.generate import resolve_model
 
         return resolve_model(args.model, backend), ""
     except BackendUnavailableError as e:

@@ -20,7 +20,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from constrained.errors import UnsupportedSchemaError
-from constrained.generation import Generation, GenerationRequest, agenerate, generate, generate_batch, model_vocabulary
+from constrained.generate import Generation, GenerationRequest, agenerate, generate, generate_batch, model_vocabulary
 from constrained.sampling import masked_probs, sample_masked
 from tests.schema_corpus import BY_NAME
 from tests.tiny_lms import async_lm
