@@ -1,6 +1,6 @@
 """Suite `decode`: end-to-end tokens/s, constrained vs unconstrained, on MLX and HF.
 
-- MLX: runs `bench/bench_decode.py` (our `constrained.generation` loop and
+- MLX: runs `bench/bench_decode.py` (our `constrained.generate` loop and
   mlx-lm's `BatchGenerator` with `mlx_processor` / xgrammar's matcher, batch 1
   and 8) and forwards its JSON lines; see that file for the cases.
 - HF (here): transformers' `generate`, greedy, without a logits processor,
@@ -8,7 +8,7 @@
   outlines-core when installed (``--no-peers`` to skip) through a small
   processor around their matchers (the `bench.engines` adapters, masks
   applied by the same code as ours); ``generate:*`` rows time our own loop,
-  `constrained.generation.generate_batch` over the `HFLM` backend.
+  `constrained.generate_batch` over the `HFLM` backend.
 
 On the default tiny random model (64-wide, 128k vocabulary) a forward pass
 costs about as much as a mask, so the ratio shows the constraint's per-token
@@ -135,7 +135,7 @@ def _load_hf(model_dir: str) -> Any:
 
 def _run_generate(lm: Any, prompts: list[list[int]], max_tokens: int, constrained: bool) -> list[list[int]]:
     """Our own decoding loop (`constrained.generate_batch` over the `AsyncLM` backend), greedy."""
-    from constrained.generation import GenerationRequest, generate_batch
+    from constrained import GenerationRequest, generate_batch
 
     lm.clear_cache()                              # no prefix reuse across repetitions
     reqs = [GenerationRequest(p, schema=SCHEMA if constrained else None, max_tokens=max_tokens, temperature=0)
@@ -144,9 +144,9 @@ def _run_generate(lm: Any, prompts: list[list[int]], max_tokens: int, constraine
 
 
 def _has_generate() -> bool:
-    import importlib.util
+    import constrained
 
-    return importlib.util.find_spec("constrained.generation") is not None
+    return hasattr(constrained, "generate_batch")
 
 
 def _load_lm(backend: str, model_dir: str) -> Any:
@@ -236,7 +236,7 @@ def _run_hf_part(args: Any, emit: Callable[[dict], None], say: Callable[[str], N
             rows_out.append(row)
     say(f"\n## decode, HF: {model_dir}, greedy, max {args.max_tokens} new tokens, best of {args.reps}")
     say("schema: bench.decode.SCHEMA (a bounded tool call); tokens/s relative to the unconstrained run of the same"
-        " loop and batch (transformers generate; generate:*: constrained.generation over our HFLM backend)\n")
+        " loop and batch (transformers generate; generate:*: constrained.generate_batch over our HFLM backend)\n")
     say(table(["batch", "mode", "tokens", "tokens/s", "vs unconstrained (wall)", "(CPU time)",
                "rows ended as valid JSON"],
               [[r["batch"], r["mode"], r["tokens"], r["tokens_per_s"], r["vs_unconstrained"],
