@@ -7,8 +7,9 @@ so ratios matter, not absolute tokens/s):
 - ``engine=constrained``: `constrained.generate` on the `MLXLM` backend (the
   trie path): no constraint vs a JSON schema vs a regex, at batch 1 and 8
   (``n`` samples of one prompt). The trie's logprobs are cleared before each
-  run so no run replays another's cache. Both constrained workloads cannot
-  finish within the budget, so every sample runs the same `--tokens`.
+  run so no run replays another's cache. Neither constrained workload can
+  finish within the budget, so every sample runs the same `--tokens`; the
+  schema's forced tokens (``{"name":"`` at the start) still skip sampling.
 - ``engine=mlx_lm``: mlx-lm's own ``BatchGenerator`` (no stop tokens, so every
   row makes exactly `--tokens` tokens): no processor vs `constrained.mlx_processor`
   vs xgrammar's matcher with its plain-``mx`` bitmask kernel (when xgrammar is
@@ -29,12 +30,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-# Unbounded on purpose (an array of records, letters and spaces): a random model keeps going,
-# so constrained rows generate as many tokens as unconstrained ones.
+# Long on purpose (a 500-character string, 1000 letters or spaces): no row can finish within the
+# token budget, so constrained rows generate exactly as many tokens as unconstrained ones.
 SCHEMA = {
-    "type": "array",
-    "items": {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
-              "required": ["name", "age"], "additionalProperties": False},
+    "type": "object",
+    "properties": {"name": {"type": "string", "minLength": 500}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+    "additionalProperties": False,
 }
 REGEX = r"[a-z ]{1000}"
 PROMPT = "Write a list of people as JSON:"

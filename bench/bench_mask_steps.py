@@ -1,6 +1,6 @@
 """Micro-benchmarks of the token FSM's hot paths on the real llama-bpe vocabulary (128k tokens).
 
-Run: ``python -m pytest bench/bench_masks.py --benchmark-only -q``.
+Run: ``python -m pytest bench/bench_mask_steps.py --benchmark-only -q``.
 
 - ``fill_bitmask`` at a state already visited (the steady state of decoding);
 - ``advance`` over a whole instance, memoized states;

@@ -80,7 +80,7 @@ def _summary(rows: list[dict]) -> str:
                         None, r["model_tokens"], None])
         elif r["case"] == "throughput" and r["mode"] != "sequential":
             out.append([vocab, r["backend"], f"8 x 128-token prompts, {r['mode']}",
-                        f"{r['speedup_vs_sequential']}x faster than one by one", None, r["tokens"], None])
+                        f"speedup {r['speedup_vs_sequential']}x vs one by one", None, r["tokens"], None])
     header = ["vocab", "backend", "case", "time / one prefill (with trie)", "without trie",
               "model tokens (trie vs none)", "trie bytes"]
     return "\n## cache: tiny random llama, best-of-N wall times as ratios\n\n" + table(header, out)

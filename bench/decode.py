@@ -1,13 +1,14 @@
 """Suite `decode`: end-to-end tokens/s, constrained vs unconstrained, on MLX and HF.
 
-The model's own generation loop runs greedily (mlx-lm `generate_step` for
-batch 1 and `BatchGenerator` for larger batches; transformers `generate`),
-once without a logits processor and once with ours (`mlx_processor` /
-`hf_logits_processor`). llguidance, xgrammar and outlines-core (when
-installed; ``--no-peers`` to skip) run in the same loop through a small
-processor around their matchers (the `bench.engines` adapters), masks applied
-by the same code as ours. ``generate:*`` rows time our own decoding loop,
-`constrained.generate_batch` over the `AsyncLM` backends, with and without the schema.
+- MLX: runs `bench/bench_decode.py` (our `constrained.generate` loop and
+  mlx-lm's `BatchGenerator` with `mlx_processor` / xgrammar's matcher, batch 1
+  and 8) and forwards its JSON lines; see that file for the cases.
+- HF (here): transformers' `generate`, greedy, without a logits processor,
+  with ours (`hf_logits_processor`), and with llguidance, xgrammar and
+  outlines-core when installed (``--no-peers`` to skip) through a small
+  processor around their matchers (the `bench.engines` adapters, masks
+  applied by the same code as ours); ``generate:*`` rows time our own loop,
+  `constrained.generate_batch` over the `HFLM` backend.
 
 On the default tiny random model (64-wide, 128k vocabulary) a forward pass
 costs about as much as a mask, so the ratio shows the constraint's per-token
@@ -58,51 +59,6 @@ class _SyncedMatcher:
             self.consumed += len(new)
         self.m.fill(self.buf)
         return self.buf
-
-
-def _mlx_proc(kind: str, ctx: dict) -> Callable[[], Any]:
-    """Factory of fresh per-row mlx-lm logits processors for `kind` ("ours" or a peer)."""
-    if kind == "ours":
-        from constrained.processors import mlx_processor
-
-        return lambda: mlx_processor(SCHEMA, ctx["vocab"])
-    from constrained.processors import apply_mlx_bitmask
-
-    engine, compiled = ctx["peers"][kind]
-
-    def make() -> Any:
-        import mlx.core as mx
-
-        sm = _SyncedMatcher(engine.matcher(compiled), ctx["n_words"])
-        return lambda tokens, logits: apply_mlx_bitmask(
-            logits, mx.array(sm.mask(tokens.size, lambda s: tokens[s:].tolist())))
-
-    return make
-
-
-def _run_mlx(model: Any, prompts: list[list[int]], eos: set[int], max_tokens: int, make: Any) -> list[list[int]]:
-    import mlx.core as mx
-    from mlx_lm.generate import BatchGenerator, generate_step
-
-    if len(prompts) == 1:
-        out: list[int] = []
-        procs = [make()] if make else None
-        for tok, _ in generate_step(mx.array(prompts[0]), model, max_tokens=max_tokens, logits_processors=procs):
-            tok = int(tok)
-            if tok in eos:
-                break
-            out.append(tok)
-        return [out]
-    gen = BatchGenerator(model, stop_tokens=[[t] for t in eos])
-    procs = [[make()] for _ in prompts] if make else None
-    uids = gen.insert(prompts, [max_tokens] * len(prompts), logits_processors=procs)
-    rows: dict[int, list[int]] = {u: [] for u in uids}
-    while responses := gen.next_generated():
-        for r in responses:
-            if r.finish_reason != "stop":
-                rows[r.uid].append(int(r.token))
-    gen.close()
-    return [rows[u] for u in uids]
 
 
 def _hf_proc(kind: str, ctx: dict, rows: int) -> Any:
@@ -169,11 +125,7 @@ def _setup(model_dir: str, peers: bool, say: Callable[[str], None]) -> dict:
     return ctx
 
 
-def _load(backend: str, model_dir: str) -> Any:
-    if backend == "mlx":
-        import mlx_lm
-
-        return mlx_lm.load(model_dir)[0]
+def _load_hf(model_dir: str) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -183,7 +135,7 @@ def _load(backend: str, model_dir: str) -> Any:
 
 def _run_generate(lm: Any, prompts: list[list[int]], max_tokens: int, constrained: bool) -> list[list[int]]:
     """Our own decoding loop (`constrained.generate_batch` over the `AsyncLM` backend), greedy."""
-    from constrained.generate import GenerationRequest, generate_batch
+    from constrained import GenerationRequest, generate_batch
 
     lm.clear_cache()                              # no prefix reuse across repetitions
     reqs = [GenerationRequest(p, schema=SCHEMA if constrained else None, max_tokens=max_tokens, temperature=0)
@@ -192,9 +144,9 @@ def _run_generate(lm: Any, prompts: list[list[int]], max_tokens: int, constraine
 
 
 def _has_generate() -> bool:
-    import importlib.util
+    import constrained
 
-    return importlib.util.find_spec("constrained.generate") is not None
+    return hasattr(constrained, "generate_batch")
 
 
 def _load_lm(backend: str, model_dir: str) -> Any:
@@ -219,6 +171,43 @@ def _valid_rows(rows: list[list[int]], vocab: Any) -> int:
 
 def run_decode(args: Any, emit: Callable[[dict], None], say: Callable[[str], None]) -> int:
     """The `decode` suite (arguments from `python -m bench decode`)."""
+    if "mlx" in args.backends:
+        _run_mlx_part(args, emit, say)
+    if "hf" in args.backends:
+        _run_hf_part(args, emit, say)
+    return 0
+
+
+def _run_mlx_part(args: Any, emit: Callable[[dict], None], say: Callable[[str], None]) -> None:
+    """`bench/bench_decode.py` (MLX), its JSON lines forwarded and tabulated."""
+    import contextlib
+    import importlib.util
+
+    from bench.cache import _Lines
+    from bench.report import table
+
+    if importlib.util.find_spec("mlx") is None:
+        say("[decode] mlx: not installed, skipped")
+        return
+    from bench import bench_decode
+
+    rows: list[dict] = []
+
+    def sink(row: dict) -> None:
+        row = {"suite": "decode", "backend": "mlx", **row}
+        rows.append(row)
+        emit(row)
+
+    argv = ["--tokens", str(args.max_tokens), "--reps", str(args.reps), "--batches", *map(str, args.batch_sizes)]
+    with contextlib.redirect_stdout(_Lines(sink)):
+        bench_decode.main(argv)
+    say(f"\n## decode, MLX (bench/bench_decode.py): tiny random llama, {args.max_tokens} tokens per row, "
+        f"best of {args.reps}\n")
+    say(table(["loop", "batch", "constraint", "tokens", "tokens/s", "vs unconstrained"],
+              [[r["engine"], r["batch"], r["constraint"], r["tokens"], r["tok_per_s"], r["ratio"]] for r in rows]))
+
+
+def _run_hf_part(args: Any, emit: Callable[[dict], None], say: Callable[[str], None]) -> None:
     from bench.report import table
 
     model_dir = args.model
@@ -226,48 +215,47 @@ def run_decode(args: Any, emit: Callable[[dict], None], say: Callable[[str], Non
         from backends.tiny import tiny_model_dir
 
         model_dir = str(tiny_model_dir("llama", "llama-bpe"))
+    try:
+        model = _load_hf(model_dir)
+    except ImportError as e:
+        say(f"[decode] hf: not available ({e}), skipped")
+        return
     ctx = _setup(model_dir, args.peers, say)
-    tok, vocab = ctx["tok"], ctx["vocab"]
-    eos = set(vocab.eos_token_ids)
-    prompt_ids = [tok.encode(p, add_special_tokens=False) for p in PROMPTS]
+    ctx["lm"] = _load_lm("hf", model_dir) if _has_generate() else None
+    vocab = ctx["vocab"]
+    prompt_ids = [ctx["tok"].encode(p, add_special_tokens=False) for p in PROMPTS]
     kinds = ["unconstrained", "ours"] + list(ctx["peers"])
-    if _has_generate():
-        kinds += ["generate:unconstrained", "generate:ours"]
+    kinds += ["generate:unconstrained", "generate:ours"] if ctx["lm"] is not None else []
     rows_out = []
-    for backend in args.backends:
-        try:
-            model = _load(backend, model_dir)
-            ctx["lm"] = _load_lm(backend, model_dir) if _has_generate() else None
-        except ImportError as e:
-            say(f"[decode] {backend}: not available ({e}), skipped")
-            continue
-        for bs in args.batch_sizes:
-            prompts = [prompt_ids[i % len(prompt_ids)] for i in range(bs)]
-            results = _measure(backend, model, prompts, eos, args, kinds, ctx)
-            for kind in kinds:
-                r = results[kind]
-                base = results["generate:unconstrained" if kind.startswith("generate:") else "unconstrained"]
-                row = {"suite": "decode", "backend": backend, "batch": bs, "mode": kind, "model": model_dir,
-                       "tokens": r["tokens"], "best_s": round(r["best"], 4), "first_s": round(r["first"], 4),
-                       "tokens_per_s": round(r["tokens"] / r["best"], 1),
-                       "vs_unconstrained": round((r["tokens"] / r["best"]) / (base["tokens"] / base["best"]), 3),
-                       "cpu_s": round(r["cpu"], 4),
-                       "cpu_vs_unconstrained": round((r["tokens"] / r["cpu"]) / (base["tokens"] / base["cpu"]), 3),
-                       "valid_json_rows": None if kind.endswith("unconstrained") else _valid_rows(r["rows"], vocab)}
-                emit(row)
-                rows_out.append(row)
-    say(f"\n## decode: {model_dir}, greedy, max {args.max_tokens} new tokens, best of {args.reps}")
+    for bs in args.batch_sizes:
+        prompts = [prompt_ids[i % len(prompt_ids)] for i in range(bs)]
+        results = _measure(model, prompts, set(vocab.eos_token_ids), args, kinds, ctx)
+        for kind in kinds:
+            row = _row(kind, bs, results, model_dir, vocab)
+            emit(row)
+            rows_out.append(row)
+    say(f"\n## decode, HF: {model_dir}, greedy, max {args.max_tokens} new tokens, best of {args.reps}")
     say("schema: bench.decode.SCHEMA (a bounded tool call); tokens/s relative to the unconstrained run of the same"
-        " loop and batch (model loop: mlx-lm generate_step / BatchGenerator, transformers generate; generate:*:"
-        " constrained.generate_batch over our AsyncLM backends)\n")
-    say(table(["backend", "batch", "mode", "tokens", "tokens/s", "vs unconstrained (wall)", "(CPU time)",
+        " loop and batch (transformers generate; generate:*: constrained.generate_batch over our HFLM backend)\n")
+    say(table(["batch", "mode", "tokens", "tokens/s", "vs unconstrained (wall)", "(CPU time)",
                "rows ended as valid JSON"],
-              [[r["backend"], r["batch"], r["mode"], r["tokens"], r["tokens_per_s"], r["vs_unconstrained"],
+              [[r["batch"], r["mode"], r["tokens"], r["tokens_per_s"], r["vs_unconstrained"],
                 r["cpu_vs_unconstrained"], r["valid_json_rows"]] for r in rows_out]))
-    return 0
 
 
-def _measure(backend: str, model: Any, prompts: list[list[int]], eos: set[int], args: Any, kinds: list[str],
+def _row(kind: str, bs: int, results: dict[str, dict], model_dir: str, vocab: Any) -> dict:
+    r = results[kind]
+    base = results["generate:unconstrained" if kind.startswith("generate:") else "unconstrained"]
+    return {"suite": "decode", "backend": "hf", "batch": bs, "mode": kind, "model": model_dir,
+            "tokens": r["tokens"], "best_s": round(r["best"], 4), "first_s": round(r["first"], 4),
+            "tokens_per_s": round(r["tokens"] / r["best"], 1),
+            "vs_unconstrained": round((r["tokens"] / r["best"]) / (base["tokens"] / base["best"]), 3),
+            "cpu_s": round(r["cpu"], 4),
+            "cpu_vs_unconstrained": round((r["tokens"] / r["cpu"]) / (base["tokens"] / base["cpu"]), 3),
+            "valid_json_rows": None if kind.endswith("unconstrained") else _valid_rows(r["rows"], vocab)}
+
+
+def _measure(model: Any, prompts: list[list[int]], eos: set[int], args: Any, kinds: list[str],
              ctx: dict) -> dict[str, dict]:
     """Best-of-reps wall time per mode, modes interleaved so machine load hits them alike."""
     out: dict[str, dict] = {k: {"best": float("inf"), "first": None, "cpu": float("inf")} for k in kinds}
@@ -276,9 +264,6 @@ def _measure(backend: str, model: Any, prompts: list[list[int]], eos: set[int], 
             t0, c0 = time.perf_counter(), time.process_time()
             if kind.startswith("generate:"):
                 rows = _run_generate(ctx["lm"], prompts, args.max_tokens, kind == "generate:ours")
-            elif backend == "mlx":
-                make = None if kind == "unconstrained" else _mlx_proc(kind, ctx)
-                rows = _run_mlx(model, prompts, eos, args.max_tokens, make)
             else:
                 proc = None if kind == "unconstrained" else _hf_proc(kind, ctx, len(prompts))
                 rows = _run_hf(model, prompts, eos, args.max_tokens, proc)

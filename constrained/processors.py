@@ -153,11 +153,11 @@ class MLXLogitsProcessor:
     """An mlx-lm logits processor: `proc(tokens, logits) -> logits`.
 
     `tokens` is the 1-D array of prompt + generated ids and `logits` has shape
-    `(1, V)`. Masked entries become `-inf`. The mask of each FSM state is
-    unpacked from its int32 bitmask once, with plain `mx` ops (so it runs on
-    every MLX device), and kept in a small per-FSM cache shared by all
-    processors of that constraint: decoding mostly revisits a few states
-    (inside strings, between fields), and unpacking costs as much as masking.
+    `(1, V)`. Masked entries become `-inf` through a plain `mx.where`, so it
+    runs on every MLX device. The boolean mask of each FSM state is unpacked
+    from its int32 bitmask once and kept in a small per-FSM cache shared by
+    all processors of that constraint: decoding mostly revisits a few states
+    (inside strings, between fields).
     Use one processor per sequence (per BatchGenerator row); `reset()` to reuse.
     """
 
@@ -183,15 +183,14 @@ class MLXLogitsProcessor:
         masks = _mlx_mask_cache(cursor.fsm)
         allowed = masks.get(key)
         if allowed is None:
-            packed = mx.array(cursor.bitmask(self.words))
-            allowed = masks[key] = _unpack_mlx(packed, logits.shape[-1])
+            allowed = masks[key] = _unpack_mlx(cursor.bitmask(self.words), logits.shape[-1])
             if len(masks) > _MLX_MASKS_PER_FSM:
                 masks.popitem(last=False)
         return mx.where(allowed, logits, mx.array(-mx.inf, dtype=logits.dtype))
 
 
 # Unpacked boolean masks per FSM: (state, logits width) -> mx bool array (V bytes each).
-_MLX_MASKS_PER_FSM = 256
+_MLX_MASKS_PER_FSM = 64
 _MLX_MASKS: "weakref.WeakKeyDictionary[Any, OrderedDict[tuple[int, int], Any]]" = weakref.WeakKeyDictionary()
 
 
@@ -203,15 +202,20 @@ def _mlx_mask_cache(fsm: TokenFSM) -> OrderedDict[tuple[int, int], Any]:
     return cache
 
 
-def _unpack_mlx(packed: mx.array, vocab_cols: int) -> mx.array:
-    """Boolean row of `vocab_cols` entries from a packed int32 bitmask (columns past it: False)."""
+def _unpack_mlx(packed: Any, vocab_cols: int) -> mx.array:
+    """Boolean row of `vocab_cols` entries from a packed int32 bitmask (columns past it: False).
+
+    The bits are unpacked with numpy (one pass over ~V/8 bytes, ~10x faster
+    than the equivalent shifts in `mx` on CPU), and the row is copied into an
+    `mx.array`, which lives on whatever device MLX uses.
+    """
     import mlx.core as mx
 
-    shifts = mx.arange(32, dtype=mx.int32)
-    bits = mx.right_shift(packed[:, None], shifts[None, :]) & 1
-    allowed = bits.reshape(-1)[:vocab_cols].astype(mx.bool_)
-    if allowed.shape[0] < vocab_cols:
-        allowed = mx.concatenate([allowed, mx.zeros((vocab_cols - allowed.shape[0],), dtype=mx.bool_)])
+    words = np.asarray(packed, dtype=np.int32).reshape(-1)
+    bits = np.unpackbits(words.view(np.uint8), bitorder="little")[:vocab_cols].astype(bool)
+    if len(bits) < vocab_cols:
+        bits = np.concatenate([bits, np.zeros(vocab_cols - len(bits), dtype=bool)])
+    allowed = mx.array(bits)
     mx.eval(allowed)
     return allowed
 
