@@ -36,7 +36,12 @@ MAX_CODEPOINT = 0x10FFFF
 _SURROGATES = (0xD800, 0xDFFF)
 
 
-@dataclass(frozen=True, slots=True)
+# Nodes are shared DAGs that get hashed and compared a lot (dedup in `alt`,
+# memo tables keyed by node): each caches its hash at construction, and
+# equality rejects on differing hashes before comparing children.
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class ByteSet:
     """One byte whose value is in `mask` (bit b set means byte b is allowed)."""
 
@@ -45,32 +50,85 @@ class ByteSet:
     def __contains__(self, byte: int) -> bool:
         return bool(self.mask >> byte & 1)
 
+    def __eq__(self, other: object) -> bool:
+        return type(other) is ByteSet and self.mask == other.mask
+
+    def __hash__(self) -> int:
+        return hash(self.mask)
+
     def bytes(self) -> list[int]:
         return [b for b in range(256) if self.mask >> b & 1]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Seq:
     items: tuple["Node", ...]
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash(("seq", self.items)))
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (type(other) is Seq and self._hash == other._hash and self.items == other.items)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple:
+        return Seq, (self.items,)  # the cached hash is per process (string hashes are salted)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Alt:
     items: tuple["Node", ...]
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash(("alt", self.items)))
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (type(other) is Alt and self._hash == other._hash and self.items == other.items)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple:
+        return Alt, (self.items,)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Repeat:
     item: "Node"
     min: int
     max: int | None
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash(("repeat", self.item, self.min, self.max)))
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (
+            type(other) is Repeat and self._hash == other._hash and self.min == other.min
+            and self.max == other.max and self.item == other.item)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple:
+        return Repeat, (self.item, self.min, self.max)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Ref:
     """A call to the rule `name` of the enclosing `Grammar`."""
 
     name: str
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Ref and self.name == other.name
+
+    def __hash__(self) -> int:
+        return hash(("ref", self.name))
 
 
 Node = Union[ByteSet, Seq, Alt, Repeat, Ref]
