@@ -9,7 +9,12 @@ states. States carry three kinds of edges:
   continue at `ret` (the lazy DFA keeps the return states on a stack).
 
 Construction is linear in the size of the IR after expanding counted repeats:
-`Repeat(x, m, n)` copies `x` `n` times (or `m` times plus a loop).
+`Repeat(x, m, n)` copies `x` `n` times (or `m` times plus a loop). A node
+built a second time (a repeat's item, a node shared by several parents) is
+copied from the edges recorded for its first build, shifted to fresh state
+numbers, instead of walking its tree again. Alternatives that end in the same
+items share one copy of that suffix, so "the first present member is i, then
+the optional rest" layouts of JSON objects stay linear instead of quadratic.
 
 `need[s]` is the least call-nesting budget with which state `s` can still reach
 the end of its own rule (`INF` if it never can). The DFA uses it to keep only
@@ -56,6 +61,9 @@ def _items(node: Node) -> tuple[Node, ...]:
 class NFA:
     """Byte-level NFA of a grammar; rule 0 is the start rule.
 
+    Per-state adjacency (`eps`, `edges`, `calls`) holds a shared empty tuple
+    for states without such edges, so an NFA costs few Python objects.
+
     Example:
         >>> from grammars.ast import Grammar, literal
         >>> nfa = NFA(Grammar({"start": literal(b"hi")}))
@@ -71,33 +79,60 @@ class NFA:
         names = [grammar.start] + [n for n in grammar.rules if n != grammar.start]
         self.rule_names: list[str] = names
         self.rule_index: dict[str, int] = {n: i for i, n in enumerate(names)}
-        # Edges are collected flat while building, then grouped per state.
+        # Edges are collected as flat int columns while building (no tuple per
+        # edge), then grouped per state.
         self._count = 0
-        self._eps: list[tuple[int, int]] = []
-        self._bytes: list[tuple[int, int, int]] = []
-        self._calls: list[tuple[int, int, int]] = []
+        self._eps_src: list[int] = []
+        self._eps_dst: list[int] = []
+        self._byte_src: list[int] = []
+        self._byte_mask: list[int] = []
+        self._byte_dst: list[int] = []
+        self._call_src: list[int] = []
+        self._call_rule: list[int] = []
+        self._call_dst: list[int] = []
+        # node -> (entry, first state, end state, exit, edge offsets) of its first build
+        self._frags: dict[Node, tuple[int, ...]] = {}
         self.rule_start: list[int] = []
         self.rule_end: list[int] = []
         for name in names:
             start = self._new()
             self.rule_start.append(start)
             self.rule_end.append(self._build(grammar.rules[name], start))
+        self._group()
+        self.max_depth = max_depth
+        self.need: list[int] = self._compute_need(max_depth)
+        del self._frags
+
+    def _group(self) -> None:
+        """Per-state adjacency from the flat edge columns."""
         n = self._count
-        self.eps: list[list[int]] = [[] for _ in range(n)]
-        self.edges: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-        self.calls: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-        for a, b in self._eps:
-            self.eps[a].append(b)
-        for a, mask, b in self._bytes:
-            self.edges[a].append((mask, b))
-        for a, r, b in self._calls:
-            self.calls[a].append((r, b))
-        del self._eps, self._bytes, self._calls
+        eps: list = [()] * n
+        for a, b in zip(self._eps_src, self._eps_dst):
+            cur = eps[a]
+            if cur:
+                cur.append(b)
+            else:
+                eps[a] = [b]
+        edges: list = [()] * n
+        for a, m, b in zip(self._byte_src, self._byte_mask, self._byte_dst):
+            cur = edges[a]
+            if cur:
+                cur.append((m, b))
+            else:
+                edges[a] = [(m, b)]
+        calls: list = [()] * n
+        for a, r, b in zip(self._call_src, self._call_rule, self._call_dst):
+            cur = calls[a]
+            if cur:
+                cur.append((r, b))
+            else:
+                calls[a] = [(r, b)]
+        self.eps: list[list[int]] = eps
+        self.edges: list[list[tuple[int, int]]] = edges
+        self.calls: list[list[tuple[int, int]]] = calls
         self.is_end: list[bool] = [False] * n
         for end in self.rule_end:
             self.is_end[end] = True
-        self.max_depth = max_depth
-        self.need: list[int] = self._compute_need(max_depth)
 
     @property
     def num_states(self) -> int:
@@ -127,59 +162,132 @@ class NFA:
         self._count += 1
         return self._count - 1
 
+    def _eps(self, a: int, b: int) -> None:
+        self._eps_src.append(a)
+        self._eps_dst.append(b)
+
     def _build(self, node: Node, s: int) -> int:
         """Add `node` starting at state `s`; return its exit state.
 
         Fragments never add edges *into* `s`, so alternatives may share it.
         """
-        if isinstance(node, ByteSet):
-            t = self._new()
-            self._bytes.append((s, node.mask, t))
+        kind = type(node)
+        if kind is ByteSet:
+            t = self._count
+            self._count += 1
+            self._byte_src.append(s)
+            self._byte_mask.append(node.mask)
+            self._byte_dst.append(t)
             return t
-        if isinstance(node, Seq):
+        if kind is Ref:
+            t = self._new()
+            self._call_src.append(s)
+            self._call_rule.append(self.rule_index[node.name])
+            self._call_dst.append(t)
+            return t
+        frag = self._frags.get(node)
+        if frag is not None:
+            return self._copy(frag, s)
+        mark = (s, self._count, len(self._eps_src), len(self._byte_src), len(self._call_src))
+        if kind is Seq:
             for item in node.items:
                 s = self._build(item, s)
-            return s
-        if isinstance(node, Alt):
+            t = s
+        elif kind is Alt:
             t = self._new()
             self._build_alt([_items(x) for x in node.items], s, t)
-            return t
-        if isinstance(node, Repeat):
-            return self._build_repeat(node, s)
-        if isinstance(node, Ref):
-            t = self._new()
-            self._calls.append((s, self.rule_index[node.name], t))
-            return t
-        raise TypeError(f"not a grammar node: {node!r}")
+        elif kind is Repeat:
+            t = self._build_repeat(node, s)
+        else:
+            raise TypeError(f"not a grammar node: {node!r}")
+        self._frags[node] = (*mark, self._count, t, len(self._eps_src), len(self._byte_src), len(self._call_src))
+        return t
+
+    def _copy(self, frag: tuple[int, ...], s: int) -> int:
+        """Replay a recorded fragment from entry `s`, on fresh states.
+
+        The fragment's states are the contiguous range [c0, c1) and its edges
+        the slices [e0, e1) of the columns; only its entry lies outside the
+        range, and no edge enters it.
+        """
+        entry, c0, e0, b0, k0, c1, exit_, e1, b1, k1 = frag
+        d = self._count - c0
+        self._count += c1 - c0
+        src = self._eps_src
+        src.extend([s if a == entry else a + d for a in src[e0:e1]])
+        self._eps_dst.extend([b + d for b in self._eps_dst[e0:e1]])
+        src = self._byte_src
+        src.extend([s if a == entry else a + d for a in src[b0:b1]])
+        self._byte_mask.extend(self._byte_mask[b0:b1])
+        self._byte_dst.extend([b + d for b in self._byte_dst[b0:b1]])
+        if k1 > k0:
+            src = self._call_src
+            src.extend([s if a == entry else a + d for a in src[k0:k1]])
+            self._call_rule.extend(self._call_rule[k0:k1])
+            self._call_dst.extend([b + d for b in self._call_dst[k0:k1]])
+        return s if exit_ == entry else exit_ + d
 
     def _build_alt(self, branches: list[tuple[Node, ...]], s: int, t: int) -> None:
-        """Alternatives from `s` to `t`, left-factored on leading byte sets.
+        """Alternatives from `s` to `t`, sharing common suffixes and prefixes.
 
-        Branches that start with the same `ByteSet` share one edge (a trie);
+        Branches that end in the same items share one copy of them (built
+        once, entered by epsilon from each branch); what remains of the
+        branches is left-factored on leading byte sets by `_build_prefixes`.
+        Iterative, so long shared suffixes cost no recursion depth.
+        """
+        leaves: list[tuple[tuple[Node, ...], int, int]] = []  # (items, stop, target)
+        todo = [([(items, len(items)) for items in branches], t)]
+        while todo:
+            group, target = todo.pop()
+            if len(group) == 1:
+                leaves.append((group[0][0], group[0][1], target))
+                continue
+            by_last: dict[Node, list[tuple[tuple[Node, ...], int]]] = {}
+            for items, stop in group:
+                if stop == 0:
+                    leaves.append((items, 0, target))
+                else:
+                    by_last.setdefault(items[stop - 1], []).append((items, stop - 1))
+            for last, tails in by_last.items():
+                if len(tails) == 1:
+                    items, stop = tails[0]
+                    leaves.append((items, stop + 1, target))
+                    continue
+                # several branches end in `last`: build it once, from a fresh entry h
+                h = self._new()
+                self._eps(self._build(last, h), target)
+                todo.append((tails, h))
+        self._build_prefixes(leaves, s)
+
+    def _build_prefixes(self, leaves: list[tuple[tuple[Node, ...], int, int]], s: int) -> None:
+        """Branch prefixes items[:stop] from `s` to their targets, left-factored.
+
+        Prefixes that start with the same `ByteSet` share one edge (a trie);
         UTF-8 classes such as `\\w` have hundreds of branches with few distinct
         lead bytes, and this keeps the NFA and every DFA closure small.
-        Iterative, with (items, offset) pairs, so long shared prefixes cost
-        neither recursion depth nor tuple copies.
         """
-        todo = [([(items, 0) for items in branches], s)]
+        todo = [([(items, 0, stop, target) for items, stop, target in leaves], s)]
         while todo:
             group, s = todo.pop()
-            heads: dict[int, list[tuple[tuple[Node, ...], int]]] = {}
-            for items, at in group:
-                if at < len(items) and type(items[at]) is ByteSet:
-                    heads.setdefault(items[at].mask, []).append((items, at + 1))
+            heads: dict[int, list[tuple[tuple[Node, ...], int, int, int]]] = {}
+            for items, at, stop, target in group:
+                if at < stop and type(items[at]) is ByteSet:
+                    heads.setdefault(items[at].mask, []).append((items, at + 1, stop, target))
                 else:
-                    self._eps.append((self._build_seq(items, at, s), t))
+                    self._eps(self._build_seq(items, at, stop, s), target)
             for mask, tails in heads.items():
                 u = self._new()
-                self._bytes.append((s, mask, u))
+                self._byte_src.append(s)
+                self._byte_mask.append(mask)
+                self._byte_dst.append(u)
                 if len(tails) == 1:
-                    self._eps.append((self._build_seq(tails[0][0], tails[0][1], u), t))
+                    items, at, stop, target = tails[0]
+                    self._eps(self._build_seq(items, at, stop, u), target)
                 else:
                     todo.append((tails, u))
 
-    def _build_seq(self, items: tuple[Node, ...], at: int, s: int) -> int:
-        for i in range(at, len(items)):
+    def _build_seq(self, items: tuple[Node, ...], at: int, stop: int, s: int) -> int:
+        for i in range(at, stop):
             s = self._build(items[i], s)
         return s
 
@@ -189,16 +297,16 @@ class NFA:
         if node.max is None:
             # Loop through a fresh head so no back edge ever enters `s`.
             head = self._new()
-            self._eps.append((s, head))
-            self._eps.append((self._build(node.item, head), head))
+            self._eps(s, head)
+            self._eps(self._build(node.item, head), head)
             t = self._new()
-            self._eps.append((head, t))
+            self._eps(head, t)
             return t
         t = self._new()
         for _ in range(node.max - node.min):
-            self._eps.append((s, t))
+            self._eps(s, t)
             s = self._build(node.item, s)
-        self._eps.append((s, t))
+        self._eps(s, t)
         return t
 
     # -- finishability ------------------------------------------------------
