@@ -33,6 +33,8 @@ import gc
 from contextlib import contextmanager
 from typing import Iterator
 
+import numpy as np
+
 from grammars.ast import Alt, ByteSet, Grammar, Node, Ref, Repeat, Seq
 
 __all__ = ["NFA", "INF", "gc_paused"]
@@ -101,7 +103,8 @@ class NFA:
         self._group()
         self.max_depth = max_depth
         self.need: list[int] = self._compute_need(max_depth)
-        del self._frags
+        del self._frags, self._eps_src, self._eps_dst, self._byte_src, self._byte_mask, self._byte_dst
+        del self._call_src, self._call_rule, self._call_dst
 
     def _group(self) -> None:
         """Per-state adjacency from the flat edge columns."""
@@ -319,17 +322,20 @@ class NFA:
         within d - 1. Total work is linear in the NFA size.
         """
         n = self.num_states
-        rev: list[list[int]] = [[] for _ in range(n)]
-        rev_call: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        # Reverse eps + byte edges as CSR (sources sorted by target), built in
+        # numpy: per-state lists would be the largest allocation of the NFA.
+        src = np.array(self._eps_src + self._byte_src, dtype=np.int64)
+        dst = np.array(self._eps_dst + self._byte_dst, dtype=np.int64)
+        order = np.argsort(dst, kind="stable")
+        rev = src[order].tolist()
+        off = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(dst, minlength=n), out=off[1:])
+        off_l = off.tolist()
+        rev_call: dict[int, list[tuple[int, int]]] = {}
         sites: list[list[tuple[int, int]]] = [[] for _ in self.rule_start]
-        for s in range(n):
-            for t in self.eps[s]:
-                rev[t].append(s)
-            for _, t in self.edges[s]:
-                rev[t].append(s)
-            for r, t in self.calls[s]:
-                rev_call[t].append((s, r))
-                sites[r].append((s, t))
+        for p, r, t in zip(self._call_src, self._call_rule, self._call_dst):
+            rev_call.setdefault(t, []).append((p, r))
+            sites[r].append((p, t))
         need = [INF] * n
         active = [False] * len(self.rule_start)
         frontier = [e for e in self.rule_end]
@@ -339,11 +345,11 @@ class NFA:
         while True:
             while frontier:
                 u = frontier.pop()
-                for p in rev[u]:
+                for p in rev[off_l[u]:off_l[u + 1]]:
                     if need[p] == INF:
                         need[p] = d
                         frontier.append(p)
-                for p, r in rev_call[u]:
+                for p, r in rev_call.get(u, ()):
                     if active[r] and need[p] == INF:
                         need[p] = d
                         frontier.append(p)
