@@ -165,9 +165,14 @@ class Grammar:
 
 
 def _refs(node: Node) -> Iterable[str]:
+    # Bodies are DAGs whose trees can be much larger (shared suffixes): visit each node once.
     stack = [node]
+    seen: set[int] = set()
     while stack:
         n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
         if isinstance(n, Ref):
             yield n.name
         elif isinstance(n, (Seq, Alt)):
@@ -204,10 +209,11 @@ def seq(*items: Node) -> Node:
     """Concatenation, flattened; any `NOTHING` makes the whole `NOTHING`."""
     out: list[Node] = []
     for item in items:
-        if item == NOTHING:
-            return NOTHING
-        if isinstance(item, Seq):
+        kind = type(item)
+        if kind is Seq:
             out.extend(item.items)
+        elif kind is Alt and not item.items:  # NOTHING
+            return NOTHING
         else:
             out.append(item)
     return out[0] if len(out) == 1 else Seq(tuple(out))

@@ -11,10 +11,10 @@ like the number of arrangements (~ e * n!): it is limited to
 Additional keys never repeat a declared name (the parsed object would keep
 the last duplicate, whose value was never checked against its schema).
 
-Inline, "the first present member is i" needs a copy of the rest of the
-object per i (n^2/2 members for n optional properties). Past
-`SHARE_THRESHOLD` optional properties the rests from every ~sqrt(n)-th member
-become rules (`Ref`s nesting one level, never recursively), ~2 n^1.5 members.
+"The first present member is i, then the rest" repeats the rest of the
+object per i (n^2/2 items for n optional properties), but the rests are
+suffixes built from shared items and the NFA builds common suffixes of
+alternatives once, so the automaton is linear in n.
 
 Example:
     >>> from grammars.json_schema import json_schema_grammar
@@ -28,10 +28,9 @@ Example:
 from __future__ import annotations
 
 import json
-import math
 from typing import TYPE_CHECKING, Any
 
-from grammars.ast import EMPTY, NOTHING, Node, Ref, alt, optional, repeat, seq
+from grammars.ast import EMPTY, NOTHING, Node, alt, optional, seq
 from grammars.errors import UnsupportedSchemaError
 from grammars.json_strings import quoted, string_literal, string_not_in
 from grammars.json_length import expanded_size
@@ -43,9 +42,6 @@ if TYPE_CHECKING:
 __all__ = ["object_node", "array_node", "ANY_ORDER_LIMIT"]
 
 ANY_ORDER_LIMIT = 6
-# Above this many optional members before the first required one, the rests of
-# the object are shared through rules instead of being copied per first member.
-SHARE_THRESHOLD = 24
 
 
 def object_node(c: "Compiler", s: dict, path: str, base: str) -> Node:
@@ -77,8 +73,10 @@ def object_node(c: "Compiler", s: dict, path: str, base: str) -> Node:
                 "properties", path, f"any_order=True allows at most {ANY_ORDER_LIMIT} properties "
                 f"(the grammar grows like n!), got {len(members)}")
         return c.ws.obj(_Layout(c, members, extra_member, lo, hi).any_order())
-    body = _Layout(c, members, extra_member, lo, hi, path).ordered()
-    size = expanded_size(body)
+    layout = _Layout(c, members, extra_member, lo, hi)
+    body = layout.ordered()
+    # the uncounted layout is linear in the NFA (shared suffixes) though its tree is quadratic
+    size = expanded_size(body) if layout.counted else 0
     if size > c.budget:
         raise UnsupportedSchemaError("properties", path, f"the exact object layout needs {size} NFA states "
                                      f"(budget {c.budget}); minProperties/maxProperties over many optional "
@@ -153,11 +151,12 @@ class _Layout:
     """Comma placement and member counting for one object body."""
 
     def __init__(self, c: "Compiler", members: list[tuple[Node, bool]], extra: Node | None,
-                 lo: int, hi: int | None, name: str = "") -> None:
-        self.ws, self.rules, self.name = c.ws, c.rules, f"object:{name}"
+                 lo: int, hi: int | None) -> None:
+        self.ws = c.ws
         self.members, self.extra, self.lo, self.hi = members, extra, lo, hi
         # Counts saturate at cap; count > 0 doubles as "a comma is needed".
         self.cap = max(1, hi + 1 if hi is not None else lo)
+        self.counted = not (self.cap == 1 and hi is None)
         self.memo: dict[Any, Node] = {}
 
     def _extras(self, count: int) -> Node:
@@ -178,7 +177,7 @@ class _Layout:
 
     def ordered(self) -> Node:
         n = len(self.members)
-        if self.cap == 1 and self.hi is None:
+        if not self.counted:
             return self._ordered_uncounted()
         # Build right to left: tails[c] is the rest of the body after members[:i] with c present.
         tails = {c: self._extras(c) for c in range(self.cap + 1)}
@@ -195,10 +194,11 @@ class _Layout:
             tails = new
         return tails[0]
 
-    def _chain(self, start: int, stop: int) -> list[Node]:
-        """Members start..stop-1 after at least one member: each `, member`, optional unless required."""
+    def _steps(self) -> list[Node]:
+        """`, member` per member, optional unless required: one object each, so
+        that the rests of the body below share their items (see `nfa`)."""
         out = []
-        for member, required in self.members[start:stop]:
+        for member, required in self.members:
             step = seq(self.ws.sep, member)
             out.append(step if required else optional(step))
         return out
@@ -208,28 +208,15 @@ class _Layout:
 
         The body is "first present member i, the rest of the declared members,
         then the additional ones" (or only additional ones when nothing is
-        required). Inline, each first member i needs its own copy of the rest
-        (n^2/2 members); the additional members are shared after all of them.
-        Past `SHARE_THRESHOLD` optional members the rests from every
-        ~sqrt(n)-th member on become rules (`Ref`s nesting one level, never
-        recursively): ~2 n^1.5 members.
+        required). As a tree each first member i has its own copy of the rest
+        (n^2/2 items), but the rests are suffixes made of the same step
+        objects, and the NFA builds the common suffixes of alternatives once:
+        the automaton stays linear in the number of members.
         """
         n = len(self.members)
         first_required = next((i for i, (_, req) in enumerate(self.members) if req), n)
-        points: list[int] = []
-        if first_required > SHARE_THRESHOLD:
-            block = math.isqrt(first_required)
-            points = list(range(block, first_required + 1, block))
-            for p in points:
-                self.rules[f"{self.name}#{p}"] = seq(*self._chain(p, n))
-
-        def rest(i: int) -> Node:  # what follows a first member at index i - 1
-            nxt = next((p for p in points if p >= i), None)
-            if nxt is None:
-                return seq(*self._chain(i, n))
-            return seq(*self._chain(i, nxt), Ref(f"{self.name}#{nxt}"))
-
-        firsts = [seq(self.members[i][0], rest(i + 1)) for i in range(min(first_required + 1, n))]
+        steps = self._steps()
+        firsts = [seq(self.members[i][0], *steps[i + 1:]) for i in range(min(first_required + 1, n))]
         nonempty = seq(union(*firsts), self._extras(1))
         return union(nonempty, self._extras(0)) if first_required == n else nonempty
 
