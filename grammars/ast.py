@@ -136,6 +136,7 @@ Node = Union[ByteSet, Seq, Alt, Repeat, Ref]
 EMPTY: Node = Seq(())       # matches only the empty string
 NOTHING: Node = Alt(())     # matches nothing at all
 ANY_BYTE: Node = ByteSet((1 << 256) - 1)
+_SINGLE_BYTES = [ByteSet(1 << b) for b in range(256)]  # shared by `literal`
 
 
 @dataclass(frozen=True)
@@ -165,19 +166,20 @@ class Grammar:
 
 
 def _refs(node: Node) -> Iterable[str]:
-    # Bodies are DAGs whose trees can be much larger (shared suffixes): visit each node once.
+    # Bodies are DAGs whose trees can be much larger (shared suffixes): expand
+    # each sequence/alternation once.
     stack = [node]
     seen: set[int] = set()
     while stack:
         n = stack.pop()
-        if id(n) in seen:
-            continue
-        seen.add(id(n))
-        if isinstance(n, Ref):
+        kind = type(n)
+        if kind is Ref:
             yield n.name
-        elif isinstance(n, (Seq, Alt)):
-            stack.extend(n.items)
-        elif isinstance(n, Repeat):
+        elif kind is Seq or kind is Alt:
+            if id(n) not in seen:
+                seen.add(id(n))
+                stack.extend(n.items)
+        elif kind is Repeat:
             stack.append(n.item)
 
 
@@ -202,7 +204,9 @@ def byte_range(lo: int, hi: int) -> ByteSet:
 
 def literal(data: bytes) -> Node:
     """The exact byte string `data`."""
-    return seq(*(ByteSet(1 << b) for b in data))
+    if len(data) == 1:
+        return _SINGLE_BYTES[data[0]]
+    return Seq(tuple([_SINGLE_BYTES[b] for b in data])) if data else EMPTY
 
 
 def seq(*items: Node) -> Node:

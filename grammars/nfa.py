@@ -94,6 +94,11 @@ class NFA:
         [1, 1, 0]
     """
 
+    # Switches for differential tests: replay recorded fragments; skip the
+    # finishability search when the structure guarantees its answer.
+    replay = True
+    fast_need = True
+
     def __init__(self, grammar: Grammar, *, max_depth: int = 64) -> None:
         with gc_paused():
             self._init(grammar, max_depth)
@@ -115,6 +120,7 @@ class NFA:
         self._call_dst: list[int] = []
         # node -> (entry, first state, end state, exit, edge offsets) of its first build
         self._frags: dict[Node, tuple[int, ...]] = {}
+        self._dead = False  # built a NOTHING (some states may not reach their rule's end)
         self.rule_start: list[int] = []
         self.rule_end: list[int] = []
         for name in names:
@@ -124,7 +130,7 @@ class NFA:
         self._group()
         self.max_depth = max_depth
         self.need: list[int] = self._compute_need(max_depth)
-        del self._frags, self._eps_src, self._eps_dst, self._byte_src, self._byte_mask, self._byte_dst
+        del self._frags, self._dead, self._eps_src, self._eps_dst, self._byte_src, self._byte_mask, self._byte_dst
         del self._call_src, self._call_rule, self._call_dst
 
     def _group(self) -> None:
@@ -210,7 +216,7 @@ class NFA:
             self._call_rule.append(self.rule_index[node.name])
             self._call_dst.append(t)
             return t
-        frag = self._frags.get(node)
+        frag = self._frags.get(node) if self.replay else None
         if frag is not None:
             return self._copy(frag, s)
         mark = (s, self._count, len(self._eps_src), len(self._byte_src), len(self._call_src))
@@ -219,6 +225,8 @@ class NFA:
                 s = self._build(item, s)
             t = s
         elif kind is Alt:
+            if not node.items:
+                self._dead = True  # NOTHING: its entry cannot reach its exit
             t = self._new()
             self._build_alt([_items(x) for x in node.items], s, t)
         elif kind is Repeat:
@@ -344,6 +352,10 @@ class NFA:
         within d - 1. Total work is linear in the NFA size.
         """
         n = self.num_states
+        if self.fast_need and not self._call_src and not self._dead and 0 not in self._masks:
+            # Without calls and without dead parts (NOTHING, empty byte sets) every
+            # Thompson fragment state reaches its fragment's exit, hence its rule's end.
+            return [0] * n
         # Reverse eps + byte edges as CSR (sources sorted by target), built in
         # numpy: per-state lists would be the largest allocation of the NFA.
         src = np.array(self._eps_src + self._byte_src, dtype=np.int64)

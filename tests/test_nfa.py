@@ -1,0 +1,119 @@
+"""NFA construction: fragment replay, shared suffixes, finishability, byte classes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from grammars.ast import NOTHING, Alt, ByteSet, Grammar, Ref, Seq, alt, literal, seq, star
+from grammars.dfa import LazyDFA
+from grammars.json_schema import json_schema_grammar
+from grammars.nfa import INF, NFA, byte_classes
+from grammars.regex import regex_grammar
+
+CORPUS = Path(__file__).resolve().parent.parent / "bench" / "corpus"
+SCHEMAS = sorted(CORPUS.glob("*.json"))
+REGEXES = [r"[a-f]+\d|[^x]é|\w{2}", r"(ab|cd){2,5}x?", r"\d{1,3}(\.\d{1,3}){3}", r"[^\x00-\xff]|a", r"(a|b)*abb"]
+
+
+def _grammar(path: Path) -> Grammar | None:
+    try:
+        return json_schema_grammar(json.loads(path.read_text())["schema"])
+    except ValueError:
+        return None
+
+
+def _shape(nfa: NFA) -> tuple:
+    return ([list(e) for e in nfa.eps], [list(e) for e in nfa.edges], [list(c) for c in nfa.calls],
+            nfa.need, nfa.rule_start, nfa.is_end)
+
+
+@pytest.mark.parametrize("path", SCHEMAS[::3], ids=lambda p: p.stem)
+def test_replay_and_fast_need_build_the_same_nfa(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    g = _grammar(path)
+    if g is None:
+        pytest.skip("unsupported schema")
+    fast = NFA(g, max_depth=g.info["max_depth"])
+    monkeypatch.setattr(NFA, "replay", False)
+    monkeypatch.setattr(NFA, "fast_need", False)
+    slow = NFA(g, max_depth=g.info["max_depth"])
+    assert _shape(fast) == _shape(slow)
+
+
+@pytest.mark.parametrize("pattern", REGEXES)
+def test_fast_need_matches_search_on_regexes(pattern: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    g = regex_grammar(pattern)
+    fast = NFA(g)
+    monkeypatch.setattr(NFA, "fast_need", False)
+    assert fast.need == NFA(g).need
+
+
+def test_dead_parts_are_not_finishable() -> None:
+    # Seq/Alt built directly, bypassing the smart constructors' simplification
+    g = Grammar({"start": Alt((Seq((literal(b"a"), NOTHING, literal(b"b"))), Seq((ByteSet(0), literal(b"c"))),
+                                literal(b"d")))})
+    nfa = NFA(g)
+    assert nfa.need[nfa.rule_start[0]] == 0
+    assert INF in nfa.need
+    dfa = LazyDFA(g)
+    assert dfa.matches(b"d") and not dfa.matches(b"ab") and not dfa.matches(b"c")
+    assert NFA(Grammar({"start": NOTHING})).need[0] == INF
+
+
+def test_shared_suffixes_are_built_once() -> None:
+    tail = seq(literal(b"-tail"), star(literal(b"x")))
+    g = Grammar({"start": alt(*(seq(literal(bytes([97 + i])), tail) for i in range(20)))})
+    nfa = NFA(g)
+    assert nfa.num_states < 20 + 2 * 10  # one copy of the tail, not twenty
+    dfa = LazyDFA(g)
+    assert dfa.matches(b"c-tailxx") and not dfa.matches(b"c-tai") and not dfa.matches(b"-tail")
+
+
+def test_recursive_rules_with_replayed_fragments() -> None:
+    item = seq(literal(b"("), star(Ref("S")), literal(b")"))
+    g = Grammar({"start": seq(Ref("S"), Ref("S")), "S": alt(item, literal(b"."))})
+    dfa = LazyDFA(g, max_depth=4)
+    assert dfa.matches(b"(.)(())") and not dfa.matches(b"(.)(()") and not dfa.matches(b"((((()))))")
+
+
+def _many_optional(n: int) -> dict:
+    kinds = [{"type": "string"}, {"type": "integer"}, {"type": "boolean"}]
+    return {"type": "object", "properties": {f"p{i}": kinds[i % 3] for i in range(n)},
+            "additionalProperties": False}
+
+
+def test_many_optional_properties_are_linear() -> None:
+    sizes = [NFA(json_schema_grammar(_many_optional(n))).num_states for n in (40, 160)]
+    assert sizes[1] < 4.5 * sizes[0]
+
+
+def test_many_optional_properties_language() -> None:
+    g = json_schema_grammar(_many_optional(40), whitespace="compact")
+    dfa = LazyDFA(g, max_depth=g.info["max_depth"])
+    assert dfa.matches(b"{}")
+    assert dfa.matches(b'{"p3":"x","p31":7,"p38":false,"p39":"y"}')
+    assert dfa.matches(b'{"p0":"","p1":1}')
+    assert not dfa.matches(b'{"p31":7,"p3":"x"}')      # declared order
+    assert not dfa.matches(b'{,"p3":"x"}')
+    assert not dfa.matches(b'{"p3":"x",}')
+    assert not dfa.matches(b'{"p3":"x""p4":1}')
+    assert not dfa.matches(b'{"p3":"x","p3":"y"}')
+
+
+def _reference_classes(masks: set[int]) -> np.ndarray:
+    bits = np.array([[m >> b & 1 for b in range(256)] for m in sorted(masks)], dtype=np.uint8)
+    return np.unique(bits.T, axis=0, return_inverse=True)[1].reshape(-1).astype(np.int32)
+
+
+@pytest.mark.parametrize("masks", [{1 << 65}, {0b110, 0b011}, {(1 << 256) - 1, 0xFF << 100, 1}, {0, 5}])
+def test_byte_classes_match_np_unique(masks: set[int]) -> None:
+    assert byte_classes(masks).tolist() == _reference_classes(masks).tolist()
+    assert byte_classes(set()).tolist() == [0] * 256
+
+
+def test_byte_classes_on_a_schema() -> None:
+    nfa = NFA(json_schema_grammar({"type": "object", "properties": {"a": {"type": "string", "format": "email"}}}))
+    assert byte_classes(nfa.masks()).tolist() == _reference_classes(nfa.masks()).tolist()
