@@ -41,8 +41,7 @@ def counted(item: Node, lo: int, hi: int | None) -> Node:
 
 def union(*items: Node) -> Node:
     """`alt` for large sub-grammars: flattens and merges bytes like `alt`, but
-    deduplicates by identity, because hashing a node re-hashes its whole
-    subtree (nodes do not cache hashes) and deep schemas made that quadratic."""
+    deduplicates by identity only (no equality checks between big subtrees)."""
     mask = 0
     out: list[Node] = []
     seen: set[int] = set()
