@@ -93,6 +93,11 @@ class NFA:
         for a, r, b in self._calls:
             self.calls[a].append((r, b))
         del self._eps, self._bytes, self._calls
+        # tuples of ints (and of int pairs) are untracked by the cyclic GC once seen;
+        # lists would keep ~3 tracked objects per NFA state alive and rescanned
+        self.eps = [tuple(x) for x in self.eps]  # type: ignore[misc]
+        self.edges = [tuple(x) for x in self.edges]  # type: ignore[misc]
+        self.calls = [tuple(x) for x in self.calls]  # type: ignore[misc]
         self.is_end: list[bool] = [False] * n
         for end in self.rule_end:
             self.is_end[end] = True
