@@ -199,6 +199,41 @@ class VocabTrie:
         return out, count
 
     @cached_property
+    def depth(self) -> np.ndarray:
+        """int16[n_nodes]: depth of each node (roots are 0)."""
+        return np.repeat(np.arange(len(self.level_lo) - 1, dtype=np.int16), np.diff(self.level_lo))
+
+    @cached_property
+    def ascii_paths(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(uint64 lo, uint64 hi, bool wide)[n_nodes]: the ASCII bytes in each node's prefix
+        (bits of bytes 0-63 and 64-127) and whether it holds a non-ASCII byte.
+
+        With them, "is this prefix made only of bytes in S" is three vector ops
+        for any ASCII byte set S (see `slices.build_byteset_slice`).
+        """
+        byte = self.byte.astype(np.uint64)
+        lo = np.where(byte < 64, np.left_shift(np.uint64(1), byte % np.uint64(64)), np.uint64(0))
+        hi = np.where((byte >= 64) & (byte < 128), np.left_shift(np.uint64(1), byte % np.uint64(64)), np.uint64(0))
+        wide = self.byte >= 128
+        parent = self.parents
+        for a, b in zip(self.level_lo[1:-1].tolist(), self.level_lo[2:].tolist()):
+            p = parent[a:b]
+            lo[a:b] |= lo[p]
+            hi[a:b] |= hi[p]
+            wide[a:b] |= wide[p]
+        return lo, hi, wide
+
+    @cached_property
+    def token_paths(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """`ascii_paths` and `depth + 1` of each token's final node, and its token ids.
+
+        Returns (ids, lo, hi, wide, length), one entry per stored token.
+        """
+        lo, hi, wide = self.ascii_paths
+        nodes = self.term_nodes
+        return self.term_ids, lo[nodes], hi[nodes], wide[nodes], (self.depth[nodes] + 1).astype(np.int16)
+
+    @cached_property
     def root_byte(self) -> np.ndarray:
         """uint8[n_nodes]: first byte of each node's prefix."""
         out = self.byte.copy()

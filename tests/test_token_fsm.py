@@ -370,3 +370,29 @@ def test_every_tokenization_is_accepted(pattern, name, vocabulary, tokenizer):
             assert set(vocab.eos_token_ids) <= set(g.allowed_token_ids().tolist())
 
     run()
+
+
+_BYTESETS = [b"0123456789", b"abcdefghijklmnopqrstuvwxyz", b"0123456789ABCDEFabcdef", b" ", b"\"\\/bfnrt",
+             bytes(range(0x20, 0x7F)), bytes(range(0x80)), b"_-."]
+
+
+@pytest.mark.parametrize("name", ["llama-bpe", "gpt-2", "llama-spm"])
+def test_byteset_slice_matches_generic_construction(name, vocabulary):
+    """The fast byte-set slice (prefix byte sets) equals the generic one (automaton run down the trie)."""
+    from constrained.slices import build_byteset_slice, build_slice, byteset_table
+    from constrained.vocab_index import VocabIndex
+
+    index = VocabIndex.for_vocab(vocabulary(name))
+    for chars in _BYTESETS:
+        mask = sum(1 << b for b in chars)
+        fast = build_byteset_slice(mask, index.trie, index.usable, index.n_words)
+        slow = build_slice(f"bytes:{mask:x}", byteset_table(mask), index.trie, index.usable, index.n_words)
+        assert fast.name == slow.name and fast.max_started == slow.max_started, chars
+        for field in ("table", "end", "member", "bitmask", "exits", "exit_from", "exit_level",
+                      "exit_first", "used_from"):
+            np.testing.assert_array_equal(getattr(fast, field), getattr(slow, field), err_msg=f"{field} {chars!r}")
+        members = slow.member
+        for field in ("complete", "started"):       # only slice tokens have a character count
+            np.testing.assert_array_equal(getattr(fast, field)[members], getattr(slow, field)[members], err_msg=f"{field} {chars!r}")
+    with pytest.raises(ValueError, match="ASCII"):
+        build_byteset_slice(1 << 200, index.trie, index.usable, index.n_words)
