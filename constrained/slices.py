@@ -146,6 +146,17 @@ class Slice:
             self._moves_at[level] = out
         return out
 
+    def first_bytes_at(self, level: int) -> np.ndarray:
+        """The bytes a character can start with at character level >= `level` (cached)."""
+        level = min(level, len(self.used_from) - 1)
+        key = ("first", level)
+        out = self._moves_at.get(key)
+        if out is None:
+            groups = self.moves_at(level)[0]
+            out = np.concatenate([ids for _, ids in groups]) if groups else np.empty(0, np.int64)
+            self._moves_at[key] = out
+        return out
+
     def member_bitmask(self, capacity: int, excluded: np.ndarray | None, first: np.ndarray) -> np.ndarray:
         """Packed mask of slice tokens starting <= `capacity` characters, minus those whose
         first byte is flagged in `excluded` (bool[256]); `first` is the vocabulary's first bytes."""

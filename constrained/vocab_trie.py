@@ -27,6 +27,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from constrained.walk_jit import load_kernel
+from constrained.walk_jit import walk as jit_walk
+
 __all__ = ["VocabTrie", "expand_ranges"]
 
 # Byte comparisons for the longest-common-prefix pass are vectorized over this
@@ -120,6 +123,11 @@ class VocabTrie:
         runs of 128 spaces) in plain Python, where a level costs ~1 us per
         node instead of ~30 us of numpy call overhead.
         """
+        kernel = load_kernel()
+        if kernel is not None:
+            expand(np.array([start], dtype=np.int32))
+            return jit_walk(self, kernel, np.array([-1], np.int32), np.array([start], np.int32), False,
+                            byte_class, get_table, expand)
         nodes = np.arange(self.n_roots, dtype=np.int32)
         states = self.step(np.full(self.n_roots, start, dtype=np.int32), nodes,
                            byte_class, get_table, expand)
@@ -129,6 +137,9 @@ class VocabTrie:
                   get_table: Callable[[], np.ndarray], expand: Callable[[np.ndarray], None],
                   ) -> tuple[np.ndarray, np.ndarray]:
         """Like `walk`, from given nodes whose DFA states (after their byte) are known (-1: dead)."""
+        kernel = load_kernel()
+        if kernel is not None:
+            return jit_walk(self, kernel, nodes, states, True, byte_class, get_table, expand)
         # alive (node, state) pairs; their tokens are gathered once at the end
         alive_nodes: list[np.ndarray] = []
         alive_states: list[np.ndarray] = []

@@ -396,3 +396,35 @@ def test_byteset_slice_matches_generic_construction(name, vocabulary):
             np.testing.assert_array_equal(getattr(fast, field)[members], getattr(slow, field)[members], err_msg=f"{field} {chars!r}")
     with pytest.raises(ValueError, match="ASCII"):
         build_byteset_slice(1 << 200, index.trie, index.usable, index.n_words)
+
+
+@pytest.mark.parametrize("name", ["llama-bpe", "llama-spm"])
+def test_compiled_walk_matches_numpy_walk(name, vocabulary, monkeypatch):
+    """The numba trie walk (`constrained.walk_jit`) and the numpy one give the same masks and next states."""
+    pytest.importorskip("numba")
+    import constrained.vocab_trie as vocab_trie
+    from constrained.walk_jit import load_kernel
+    from grammars.json_schema import json_schema_grammar
+
+    assert load_kernel() is not None, "numba is installed but the compiled walk is off (CONSTRAINED_JIT=0?)"
+    vocab = vocabulary(name)
+    cases = [(regex_grammar(p), 64, [t.encode() for t in texts]) for p, texts in REGEXES]
+    for case in BENCH_CASES[:6]:
+        g = json_schema_grammar(case["schema"])
+        cases.append((g, g.info["max_depth"], [json.dumps(v, ensure_ascii=False).encode() for v in case["instances"]]))
+    checked = 0
+    for grammar, depth, texts in cases:
+        dfa = LazyDFA(grammar, max_depth=depth)     # shared: state ids mean the same in both FSMs
+        compiled = TokenFSM(dfa, vocab)
+        with monkeypatch.context() as m:
+            m.setattr(vocab_trie, "load_kernel", lambda: None)
+            plain = TokenFSM(dfa, vocab)
+            states = prefix_states(dfa, texts, limit=16)
+            want = {q: plain.masks(q) for q in states}
+        for q in states:
+            got = compiled.masks(q)
+            assert np.array_equal(got.bitmask, want[q].bitmask), (grammar, q)
+            assert np.array_equal(got.ids, want[q].ids), (grammar, q)
+            assert np.array_equal(got.next, want[q].next), (grammar, q)
+            checked += 1
+    assert checked > 100
