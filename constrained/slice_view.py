@@ -167,8 +167,7 @@ def _level(dfa, q: int, sl: Slice, level: int, lenient: bool):
     """
     moves = sl.moves_at(level)
     row = dfa.transitions(q)                            # int32[256], memoized by the DFA
-    first = np.concatenate([ids for _, ids in moves[0]]) if moves[0] else np.empty(0, np.int64)
-    if (row[first] < 0).all():
+    if (row[sl.first_bytes_at(level)] < 0).all():
         return _CLOSED
     reps = np.full(len(sl.table), -1, dtype=np.int32)
     reps[0] = q
@@ -180,10 +179,15 @@ def _level(dfa, q: int, sl: Slice, level: int, lenient: bool):
         for b, byte_ids in moves[a]:
             targets = row[byte_ids]
             if b == 0 and a == 0 and lenient:
-                values, counts = np.unique(targets[targets >= 0], return_counts=True)
-                if not len(values):
-                    return None
-                majority = int(values[counts.argmax()])
+                if targets[0] >= 0 and (targets == targets[0]).all():
+                    majority = int(targets[0])          # the common case: no odd first byte
+                else:
+                    if (targets < 0).sum() > _MAX_EXCLUDED:
+                        return None                     # e.g. a structural state: few bytes live
+                    values, counts = np.unique(targets[targets >= 0], return_counts=True)
+                    if not len(values):
+                        return None
+                    majority = int(values[counts.argmax()])
                 odd = byte_ids[targets != majority]
                 if len(odd) > _MAX_EXCLUDED or (succ >= 0 and not _same(dfa, succ, majority)):
                     return None

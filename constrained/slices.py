@@ -40,7 +40,7 @@ import numpy as np
 from constrained.vocab_trie import VocabTrie
 from grammars.ast import MAX_CODEPOINT, utf8_sequences
 
-__all__ = ["Slice", "UTF8_SLICES", "utf8_table", "byteset_table", "build_slice", "equivalent", "pack_bits"]
+__all__ = ["Slice", "UTF8_SLICES", "utf8_table", "byteset_table", "build_slice", "build_byteset_slice", "equivalent", "pack_bits"]
 
 # name -> excluded ASCII bytes, in the order they are tried.
 UTF8_SLICES: dict[str, bytes] = {
@@ -146,6 +146,17 @@ class Slice:
             self._moves_at[level] = out
         return out
 
+    def first_bytes_at(self, level: int) -> np.ndarray:
+        """The bytes a character can start with at character level >= `level` (cached)."""
+        level = min(level, len(self.used_from) - 1)
+        key = ("first", level)
+        out = self._moves_at.get(key)
+        if out is None:
+            groups = self.moves_at(level)[0]
+            out = np.concatenate([ids for _, ids in groups]) if groups else np.empty(0, np.int64)
+            self._moves_at[key] = out
+        return out
+
     def member_bitmask(self, capacity: int, excluded: np.ndarray | None, first: np.ndarray) -> np.ndarray:
         """Packed mask of slice tokens starting <= `capacity` characters, minus those whose
         first byte is flagged in `excluded` (bool[256]); `first` is the vocabulary's first bytes."""
@@ -191,6 +202,49 @@ def build_slice(name: str, table: np.ndarray, trie: VocabTrie, usable: np.ndarra
     return Slice(name, table, end, complete, started, member, pack_bits(member, n_words), max_started,
                  exits, before[exits].astype(np.int32), parent_count[exits].astype(np.int32),
                  trie.root_byte[exits], _moves_used(inside, before, parent_count, trie.byte, len(table)))
+
+
+def build_byteset_slice(mask: int, trie: VocabTrie, usable: np.ndarray, n_words: int) -> Slice:
+    """`build_slice(f"bytes:{mask:x}", byteset_table(mask), ...)`, for an ASCII byte set, in ~1/10 the time.
+
+    Every byte is a character, so a prefix is inside the slice iff all its
+    bytes are in `mask` (one test on the trie's precomputed `ascii_paths`),
+    its character count is its length, and it leaves the slice at its first
+    byte outside `mask`.
+    """
+    if mask >> 128:
+        raise ValueError(f"byte-set slices are over ASCII bytes, got mask {mask:#x}")
+    lo, hi, wide = trie.ascii_paths
+    out_lo, out_hi = np.uint64(~mask & (2**64 - 1)), np.uint64(~(mask >> 64) & (2**64 - 1))
+    inside = ~wide & ((lo & out_lo) == 0) & ((hi & out_hi) == 0)
+    depth = trie.depth
+    parent = trie.parents
+    size = len(usable)
+    ids, tlo, thi, twide, tlen = trie.token_paths
+    tok_inside = ~twide & ((tlo & out_lo) == 0) & ((thi & out_hi) == 0)
+    member = np.zeros(size, dtype=bool)
+    member[ids[tok_inside]] = True
+    member &= usable
+    end = np.where(member, 0, -1).astype(np.int8)
+    complete = np.zeros(size, dtype=np.int16)
+    complete[ids[tok_inside]] = tlen[tok_inside]
+    complete[~member] = 0
+    before_inside = np.ones(len(inside), dtype=bool)           # roots: "before" is the start state
+    before_inside[trie.n_roots:] = inside[parent[trie.n_roots:]]
+    exits = np.flatnonzero(~inside & before_inside).astype(np.int32)
+    max_started = int(complete[member].max()) if member.any() else 0
+    # moves tokens make at character level >= l: byte b at level l is used iff an
+    # inside node at depth l spells b (cf. `_moves_used`)
+    nodes = np.flatnonzero(inside)
+    has_child = trie.child_hi[nodes] > trie.child_lo[nodes]
+    levels = (int(depth[nodes[has_child]].max()) + 1 if has_child.any() else 0) + 2
+    used = np.zeros((levels, 1, 256), dtype=bool)
+    used[depth[nodes], 0, trie.byte[nodes]] = True
+    used_from = np.logical_or.accumulate(used[::-1], axis=0)[::-1].copy()
+    table = byteset_table(mask)
+    return Slice(f"bytes:{mask:x}", table, end, complete, complete.copy(), member, pack_bits(member, n_words),
+                 max_started, exits, np.zeros(len(exits), dtype=np.int32), depth[exits].astype(np.int32),
+                 trie.root_byte[exits], used_from)
 
 
 def _moves_used(inside, before, parent_count, byte, n_states: int) -> np.ndarray:

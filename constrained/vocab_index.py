@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from constrained.slices import UTF8_SLICES, Slice, build_slice, byteset_table, pack_bits, utf8_table
+from constrained.slices import UTF8_SLICES, Slice, build_byteset_slice, build_slice, pack_bits, utf8_table
 from constrained.vocab_trie import VocabTrie
 
 if TYPE_CHECKING:
@@ -68,6 +68,7 @@ class VocabIndex:
             for name, excluded in UTF8_SLICES.items()
         )
         self._byteset_slices: "OrderedDict[int, Slice]" = OrderedDict()
+        self.trie.token_paths                   # built now, so that no schema's first byte-set slice pays for it
         self._slice_lock = threading.Lock()
         self.first_bytes = frozenset(self.trie.byte[: self.trie.n_roots].tolist())
         # each token's first byte (0 for unusable ones), to exclude tokens by how they start
@@ -76,7 +77,8 @@ class VocabIndex:
     @property
     def nbytes(self) -> int:
         slices = list(self.slices) + list(self._byteset_slices.values())
-        return (self.trie.nbytes + sum(s.nbytes for s in slices) + self.usable.nbytes
+        paths = sum(a.nbytes for a in self.trie.ascii_paths + self.trie.token_paths[1:])
+        return (self.trie.nbytes + paths + sum(s.nbytes for s in slices) + self.usable.nbytes
                 + self.eos_bitmask.nbytes)
 
     def byteset_slice(self, mask: int) -> Slice:
@@ -86,7 +88,7 @@ class VocabIndex:
             if hit is not None:
                 self._byteset_slices.move_to_end(mask)
                 return hit
-        sl = build_slice(f"bytes:{mask:x}", byteset_table(mask), self.trie, self.usable, self.n_words)
+        sl = build_byteset_slice(mask, self.trie, self.usable, self.n_words)
         with self._slice_lock:
             self._byteset_slices[mask] = sl
             while len(self._byteset_slices) > _BYTESET_SLICES:

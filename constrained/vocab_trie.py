@@ -27,6 +27,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from constrained.walk_jit import load_kernel
+from constrained.walk_jit import walk as jit_walk
+
 __all__ = ["VocabTrie", "expand_ranges"]
 
 # Byte comparisons for the longest-common-prefix pass are vectorized over this
@@ -120,6 +123,11 @@ class VocabTrie:
         runs of 128 spaces) in plain Python, where a level costs ~1 us per
         node instead of ~30 us of numpy call overhead.
         """
+        kernel = load_kernel()
+        if kernel is not None:
+            expand(np.array([start], dtype=np.int32))
+            return jit_walk(self, kernel, np.array([-1], np.int32), np.array([start], np.int32), False,
+                            byte_class, get_table, expand)
         nodes = np.arange(self.n_roots, dtype=np.int32)
         states = self.step(np.full(self.n_roots, start, dtype=np.int32), nodes,
                            byte_class, get_table, expand)
@@ -129,6 +137,9 @@ class VocabTrie:
                   get_table: Callable[[], np.ndarray], expand: Callable[[np.ndarray], None],
                   ) -> tuple[np.ndarray, np.ndarray]:
         """Like `walk`, from given nodes whose DFA states (after their byte) are known (-1: dead)."""
+        kernel = load_kernel()
+        if kernel is not None:
+            return jit_walk(self, kernel, nodes, states, True, byte_class, get_table, expand)
         # alive (node, state) pairs; their tokens are gathered once at the end
         alive_nodes: list[np.ndarray] = []
         alive_states: list[np.ndarray] = []
@@ -197,6 +208,41 @@ class VocabTrie:
             out[lo:hi] = np.where(ps >= 0, table[np.maximum(ps, 0), self.byte[lo:hi]], -1)
             count[lo:hi] = count[parent[lo:hi]] + (out[lo:hi] == 0)
         return out, count
+
+    @cached_property
+    def depth(self) -> np.ndarray:
+        """int16[n_nodes]: depth of each node (roots are 0)."""
+        return np.repeat(np.arange(len(self.level_lo) - 1, dtype=np.int16), np.diff(self.level_lo))
+
+    @cached_property
+    def ascii_paths(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(uint64 lo, uint64 hi, bool wide)[n_nodes]: the ASCII bytes in each node's prefix
+        (bits of bytes 0-63 and 64-127) and whether it holds a non-ASCII byte.
+
+        With them, "is this prefix made only of bytes in S" is three vector ops
+        for any ASCII byte set S (see `slices.build_byteset_slice`).
+        """
+        byte = self.byte.astype(np.uint64)
+        lo = np.where(byte < 64, np.left_shift(np.uint64(1), byte % np.uint64(64)), np.uint64(0))
+        hi = np.where((byte >= 64) & (byte < 128), np.left_shift(np.uint64(1), byte % np.uint64(64)), np.uint64(0))
+        wide = self.byte >= 128
+        parent = self.parents
+        for a, b in zip(self.level_lo[1:-1].tolist(), self.level_lo[2:].tolist()):
+            p = parent[a:b]
+            lo[a:b] |= lo[p]
+            hi[a:b] |= hi[p]
+            wide[a:b] |= wide[p]
+        return lo, hi, wide
+
+    @cached_property
+    def token_paths(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """`ascii_paths` and `depth + 1` of each token's final node, and its token ids.
+
+        Returns (ids, lo, hi, wide, length), one entry per stored token.
+        """
+        lo, hi, wide = self.ascii_paths
+        nodes = self.term_nodes
+        return self.term_ids, lo[nodes], hi[nodes], wide[nodes], (self.depth[nodes] + 1).astype(np.int16)
 
     @cached_property
     def root_byte(self) -> np.ndarray:

@@ -1,6 +1,6 @@
 """Lazy DFA over a byte-level `Grammar`, determinized one row at a time.
 
-A DFA state is an interned frozenset of NFA *configurations*: a byte-consuming
+A DFA state is an interned sorted tuple of NFA *configurations*: a byte-consuming
 NFA state plus a call stack of return states (stacks are interned as
 parent-pointer ids, so a configuration is one int `stack * N + state`). The
 stack depth is bounded by `max_depth`, which unrolls recursive grammars to a
@@ -79,17 +79,19 @@ class LazyDFA:
         self._stacks: list[tuple[int, int]] = [(-1, -1)]
         self._depth: list[int] = [0]
         self._init_classes(nfa.masks())
-        self._ids: dict[frozenset[int], int] = {}
-        self._configs: list[frozenset[int]] = []
-        self._rows: list[list[int] | None] = []
-        self._seed_memo: dict[frozenset[int], int] = {}
+        # Configuration sets are sorted tuples of ints, not frozensets: the cyclic GC
+        # stops tracking such tuples, and a DFA keeps thousands of them alive.
+        self._ids: dict[tuple[int, ...], int] = {}
+        self._configs: list[tuple[int, ...]] = []
+        self._rows: list[tuple[int, ...] | None] = []
+        self._seed_memo: dict[tuple[int, ...], int] = {}
         self._trans: dict[int, np.ndarray] = {}
         self._table = np.full((16, self.num_classes), UNEXPANDED, dtype=np.int32)
         self._accepting = np.zeros(16, dtype=bool)
         if not any(nfa.calls):
             self._close = self._close_flat  # type: ignore[method-assign]
         start = nfa.rule_start[0]
-        configs = self._close([start]) if nfa.need[start] <= max_depth else frozenset()
+        configs = self._close([start]) if nfa.need[start] <= max_depth else ()
         self.initial: int = self._intern(configs)
 
     # -- public API -----------------------------------------------------------
@@ -239,7 +241,7 @@ class LazyDFA:
             self._depth.append(self._depth[k] + 1)
         return sid
 
-    def _close_flat(self, seeds: Iterable[int]) -> frozenset[int]:
+    def _close_flat(self, seeds: Iterable[int]) -> tuple[int, ...]:
         """`_close` for grammars without calls: stacks are always empty and
         `need` is 0 or INF, so closures are unions of precomputed ones."""
         eclose = self._eclose
@@ -251,9 +253,9 @@ class LazyDFA:
             accept = accept or end
         if accept:
             out.add(_ACCEPT)
-        return frozenset(out)
+        return tuple(sorted(out))
 
-    def _close(self, seeds: Iterable[int]) -> frozenset[int]:
+    def _close(self, seeds: Iterable[int]) -> tuple[int, ...]:
         """Closure of configurations `seeds` (ints stack*N + state), pruned to
         those that can still finish; includes `_ACCEPT` when accepting."""
         n, need, maxd, depth = self._n, self._need, self.max_depth, self._depth
@@ -284,9 +286,9 @@ class LazyDFA:
                 else:
                     ret, parent = self._stacks[k]
                     todo.append(parent * n + ret)
-        return frozenset(out)
+        return tuple(sorted(out))
 
-    def _intern(self, configs: frozenset[int]) -> int:
+    def _intern(self, configs: tuple[int, ...]) -> int:
         sid = self._ids.get(configs)
         if sid is not None:
             return sid
@@ -314,37 +316,68 @@ class LazyDFA:
         self._moves[b] = out
         return out
 
-    def _expand_one(self, state: int) -> list[int]:
-        """Compute (and memoize) the row of `state`."""
+    def _expand_one(self, state: int) -> tuple[int, ...]:
+        """Compute (and memoize) the row of `state`.
+
+        Seeds are grouped by the class set of their move first (a state's
+        configurations mostly move on a few shared sets, e.g. "any string
+        character"), so the per-class work is over groups, not configurations.
+        """
         n = self._n
         moves = self._moves
-        buckets: dict[int, list[int]] = {}
+        groups: dict[tuple[int, ...], list[int]] = {}
         for cfg in self._configs[state]:
             if cfg < 0:
                 continue
             k, b = divmod(cfg, n)
             base = k * n
             for classes, t in moves[b] or self._moves_of(b):
-                seed = base + t
-                for c in classes:
-                    bucket = buckets.get(c)
-                    if bucket is None:
-                        buckets[c] = [seed]
-                    else:
-                        bucket.append(seed)
+                seeds = groups.get(classes)
+                if seeds is None:
+                    groups[classes] = [base + t]
+                else:
+                    seeds.append(base + t)
         row = [DEAD] * self.num_classes
-        memo = self._seed_memo
-        for c, seeds in buckets.items():
-            key = frozenset(seeds)
-            sid = memo.get(key)
-            if sid is None:
-                configs = self._close(key)
-                sid = self._intern(configs) if configs else DEAD
-                memo[key] = sid
-            row[c] = sid
-        self._rows[state] = row
-        self._table[state] = row
-        return row
+        if len(groups) == 1:
+            ((classes, seeds),) = groups.items()
+            sid = self._target(tuple(sorted(set(seeds))))
+            for c in classes:
+                row[c] = sid
+        elif groups:
+            # class -> indices of the groups moving on it; classes with equal index sets share a target
+            members: dict[int, list[int]] = {}
+            for gi, classes in enumerate(groups):
+                for c in classes:
+                    hit = members.get(c)
+                    if hit is None:
+                        members[c] = [gi]
+                    else:
+                        hit.append(gi)
+            seed_lists = list(groups.values())
+            targets: dict[tuple[int, ...], int] = {}
+            for c, gis in members.items():
+                key = tuple(gis)
+                sid = targets.get(key)
+                if sid is None:
+                    if len(gis) == 1:
+                        sid = self._target(tuple(sorted(set(seed_lists[gis[0]]))))
+                    else:
+                        sid = self._target(tuple(sorted(set().union(*(seed_lists[g] for g in gis)))))
+                    targets[key] = sid
+                row[c] = sid
+        out = tuple(row)                   # a tuple of ints: the GC stops tracking it
+        self._rows[state] = out
+        self._table[state] = out
+        return out
+
+    def _target(self, seeds: tuple[int, ...]) -> int:
+        """The state reached from configuration `seeds` (memoized), DEAD when none can finish."""
+        sid = self._seed_memo.get(seeds)
+        if sid is None:
+            configs = self._close(seeds)
+            sid = self._intern(configs) if configs else DEAD
+            self._seed_memo[seeds] = sid
+        return sid
 
 
 def compile_dfa(grammar: Grammar, **options: int) -> LazyDFA:

@@ -84,8 +84,8 @@ def _items(node: Node) -> tuple[Node, ...]:
 class NFA:
     """Byte-level NFA of a grammar; rule 0 is the start rule.
 
-    Per-state adjacency (`eps`, `edges`, `calls`) holds a shared empty tuple
-    for states without such edges, so an NFA costs few Python objects.
+    Per-state adjacency (`eps`, `edges`, `calls`) is tuples, the shared empty
+    tuple for states without such edges, so an NFA costs few Python objects.
 
     Example:
         >>> from grammars.ast import Grammar, literal
@@ -157,9 +157,11 @@ class NFA:
                 cur.append((r, b))
             else:
                 calls[a] = [(r, b)]
-        self.eps: list[list[int]] = eps
-        self.edges: list[list[tuple[int, int]]] = edges
-        self.calls: list[list[tuple[int, int]]] = calls
+        # Tuples of ints (and of int pairs) are untracked by the cyclic GC once
+        # seen; lists would keep ~2 tracked objects per state alive and rescanned.
+        self.eps: list[tuple[int, ...]] = [tuple(x) for x in eps]
+        self.edges: list[tuple[tuple[int, int], ...]] = [tuple(x) for x in edges]
+        self.calls: list[tuple[tuple[int, int], ...]] = [tuple(x) for x in calls]
         self._masks = frozenset(self._byte_mask)
         self.is_end: list[bool] = [False] * n
         for end in self.rule_end:

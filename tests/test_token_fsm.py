@@ -370,3 +370,61 @@ def test_every_tokenization_is_accepted(pattern, name, vocabulary, tokenizer):
             assert set(vocab.eos_token_ids) <= set(g.allowed_token_ids().tolist())
 
     run()
+
+
+_BYTESETS = [b"0123456789", b"abcdefghijklmnopqrstuvwxyz", b"0123456789ABCDEFabcdef", b" ", b"\"\\/bfnrt",
+             bytes(range(0x20, 0x7F)), bytes(range(0x80)), b"_-."]
+
+
+@pytest.mark.parametrize("name", ["llama-bpe", "gpt-2", "llama-spm"])
+def test_byteset_slice_matches_generic_construction(name, vocabulary):
+    """The fast byte-set slice (prefix byte sets) equals the generic one (automaton run down the trie)."""
+    from constrained.slices import build_byteset_slice, build_slice, byteset_table
+    from constrained.vocab_index import VocabIndex
+
+    index = VocabIndex.for_vocab(vocabulary(name))
+    for chars in _BYTESETS:
+        mask = sum(1 << b for b in chars)
+        fast = build_byteset_slice(mask, index.trie, index.usable, index.n_words)
+        slow = build_slice(f"bytes:{mask:x}", byteset_table(mask), index.trie, index.usable, index.n_words)
+        assert fast.name == slow.name and fast.max_started == slow.max_started, chars
+        for field in ("table", "end", "member", "bitmask", "exits", "exit_from", "exit_level",
+                      "exit_first", "used_from"):
+            np.testing.assert_array_equal(getattr(fast, field), getattr(slow, field), err_msg=f"{field} {chars!r}")
+        members = slow.member
+        for field in ("complete", "started"):       # only slice tokens have a character count
+            np.testing.assert_array_equal(getattr(fast, field)[members], getattr(slow, field)[members], err_msg=f"{field} {chars!r}")
+    with pytest.raises(ValueError, match="ASCII"):
+        build_byteset_slice(1 << 200, index.trie, index.usable, index.n_words)
+
+
+@pytest.mark.parametrize("name", ["llama-bpe", "llama-spm"])
+def test_compiled_walk_matches_numpy_walk(name, vocabulary, monkeypatch):
+    """The numba trie walk (`constrained.walk_jit`) and the numpy one give the same masks and next states."""
+    pytest.importorskip("numba")
+    import constrained.vocab_trie as vocab_trie
+    from constrained.walk_jit import load_kernel
+    from grammars.json_schema import json_schema_grammar
+
+    assert load_kernel() is not None, "numba is installed but the compiled walk is off (CONSTRAINED_JIT=0?)"
+    vocab = vocabulary(name)
+    cases = [(regex_grammar(p), 64, [t.encode() for t in texts]) for p, texts in REGEXES]
+    for case in BENCH_CASES[:6]:
+        g = json_schema_grammar(case["schema"])
+        cases.append((g, g.info["max_depth"], [json.dumps(v, ensure_ascii=False).encode() for v in case["instances"]]))
+    checked = 0
+    for grammar, depth, texts in cases:
+        dfa = LazyDFA(grammar, max_depth=depth)     # shared: state ids mean the same in both FSMs
+        compiled = TokenFSM(dfa, vocab)
+        with monkeypatch.context() as m:
+            m.setattr(vocab_trie, "load_kernel", lambda: None)
+            plain = TokenFSM(dfa, vocab)
+            states = prefix_states(dfa, texts, limit=16)
+            want = {q: plain.masks(q) for q in states}
+        for q in states:
+            got = compiled.masks(q)
+            assert np.array_equal(got.bitmask, want[q].bitmask), (grammar, q)
+            assert np.array_equal(got.ids, want[q].ids), (grammar, q)
+            assert np.array_equal(got.next, want[q].next), (grammar, q)
+            checked += 1
+    assert checked > 100
