@@ -34,7 +34,7 @@ import numpy as np
 
 from grammars.ast import Grammar
 from grammars.errors import StateBudgetError
-from grammars.nfa import NFA
+from grammars.nfa import NFA, byte_classes
 
 __all__ = ["LazyDFA", "compile_dfa", "DEAD", "UNEXPANDED"]
 
@@ -180,15 +180,7 @@ class LazyDFA:
     # -- byte classes ------------------------------------------------------------
 
     def _init_classes(self, masks: set[int]) -> None:
-        ordered = sorted(masks)
-        if ordered:
-            bits = np.array(
-                [np.unpackbits(np.frombuffer(m.to_bytes(32, "little"), np.uint8), bitorder="little")
-                 for m in ordered], dtype=np.uint8)
-            _, inverse = np.unique(bits.T, axis=0, return_inverse=True)
-            classes = inverse.reshape(-1).astype(np.int32)
-        else:
-            classes = np.zeros(256, dtype=np.int32)
+        classes = byte_classes(masks)
         self.byte_class: np.ndarray = classes
         self.byte_class.flags.writeable = False
         self.num_classes: int = int(classes.max()) + 1
