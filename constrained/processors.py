@@ -194,37 +194,55 @@ class MLXLogitsProcessor:
         key = (cursor.mask_state(), logits.shape, logits.dtype)
         mask = self._masks.get(key)
         if mask is None:
-            mask = self._masks.put(key, _additive_mask(cursor.bitmask(self.words), logits.shape, logits.dtype))
+            mask = self._masks.put(key, cursor.bitmask(self.words))
         return logits + mask
 
 
 class _MaskCache:
-    """LRU of ready additive masks for one FSM: (state, logits shape, dtype) -> mx.array, byte-bounded."""
+    """Ready additive masks of one FSM, found by state, stored once per distinct mask.
 
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
+    Many states share one mask: each character of a ``minLength: 500``
+    string is its own DFA state, with the same allowed tokens. So states map
+    to masks through the mask's packed bits; only distinct masks cost memory
+    (an LRU bounded by `max_bytes`), and the state map holds references.
+    """
+
+    def __init__(self, max_bytes: int, max_states: int = 1 << 14) -> None:
+        self.max_bytes, self.max_states = max_bytes, max_states
         self.nbytes = 0
-        self._items: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self._by_state: dict[tuple[Any, ...], Any] = {}
+        self._by_bits: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, key: tuple[Any, ...]) -> Any:
-        mask = self._items.get(key)
-        if mask is not None:
-            self._items.move_to_end(key)
-        return mask
+        """The mask of `key` = (state, logits shape, dtype), or None."""
+        return self._by_state.get(key)
 
-    def put(self, key: tuple[Any, ...], mask: Any) -> Any:
+    def put(self, key: tuple[Any, ...], packed: np.ndarray) -> Any:
+        """The mask of `key` whose allowed tokens are the bitmask `packed`, built on first sight."""
+        _state, shape, dtype = key
+        bits_key = (packed.tobytes(), shape, dtype)
         with self._lock:
-            old = self._items.pop(key, None)
-            self.nbytes += mask.nbytes - (old.nbytes if old is not None else 0)
-            self._items[key] = mask
-            # keep at least the new mask, however large the vocabulary
-            while self.nbytes > self.max_bytes and len(self._items) > 1:
-                self.nbytes -= self._items.popitem(last=False)[1].nbytes
+            mask = self._by_bits.get(bits_key)
+            if mask is None:
+                mask = self._by_bits[bits_key] = _additive_mask(packed, shape, dtype)
+                self.nbytes += mask.nbytes
+                # keep at least the new mask, however large the vocabulary; the state map
+                # is dropped with any evicted mask (it would keep it alive) and refills from hits
+                while self.nbytes > self.max_bytes and len(self._by_bits) > 1:
+                    self.nbytes -= self._by_bits.popitem(last=False)[1].nbytes
+                    self._by_state.clear()
+            else:
+                self._by_bits.move_to_end(bits_key)
+            if len(self._by_state) >= self.max_states:
+                self._by_state.clear()            # rare: a fresh start beats per-entry LRU bookkeeping
+            self._by_state[key] = mask
         return mask
 
-    def __len__(self) -> int:
-        return len(self._items)
+    @property
+    def num_masks(self) -> int:
+        """Distinct masks held."""
+        return len(self._by_bits)
 
 
 # Ready masks per FSM, at most this many bytes each (64 states of a 128k vocabulary in float32).
