@@ -70,6 +70,10 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8])
     d.add_argument("--max-tokens", type=int, default=64)
     d.add_argument("--reps", type=int, default=3)
+    d.add_argument("--vocabs", nargs="+", default=["llama-spm", "llama-bpe"],
+                   help="MLX: tiny model vocabularies (llama-spm, llama-bpe, qwen2)")
+    d.add_argument("--shapes", nargs="+", default=["tiny"], choices=["tiny", "small"],
+                   help="MLX: model shapes (small: 512 wide, 8 layers, random init)")
     d.add_argument("--no-peers", dest="peers", action="store_false",
                    help="skip llguidance/xgrammar/outlines-core (run by default when installed)")
     d.add_argument("--jsonl")

@@ -1,8 +1,9 @@
 """Suite `decode`: end-to-end tokens/s, constrained vs unconstrained, on MLX and HF.
 
-- MLX: runs `bench/bench_decode.py` (our `constrained.generate` loop and
-  mlx-lm's `BatchGenerator` with `mlx_processor` / xgrammar's matcher, batch 1
-  and 8) and forwards its JSON lines; see that file for the cases.
+- MLX: runs `bench/bench_decode.py` (our `constrained.generate` loop, and
+  mlx-lm's `generate_step` at batch 1 / `BatchGenerator` at batch 8 with
+  `mlx_processor` or the peers' own MLX integrations) and forwards its JSON
+  lines; see that file for the cases.
 - HF (here): transformers' `generate`, greedy, without a logits processor,
   with ours (`hf_logits_processor`), and with llguidance, xgrammar and
   outlines-core when installed (``--no-peers`` to skip) through a small
@@ -198,13 +199,19 @@ def _run_mlx_part(args: Any, emit: Callable[[dict], None], say: Callable[[str], 
         rows.append(row)
         emit(row)
 
-    argv = ["--tokens", str(args.max_tokens), "--reps", str(args.reps), "--batches", *map(str, args.batch_sizes)]
+    argv = ["--tokens", str(args.max_tokens), "--reps", str(args.reps), "--batches", *map(str, args.batch_sizes),
+            "--vocabs", *getattr(args, "vocabs", ["llama-spm", "llama-bpe"]),
+            "--shapes", *getattr(args, "shapes", ["tiny"])]
     with contextlib.redirect_stdout(_Lines(sink)):
         bench_decode.main(argv)
-    say(f"\n## decode, MLX (bench/bench_decode.py): tiny random llama, {args.max_tokens} tokens per row, "
-        f"best of {args.reps}\n")
-    say(table(["loop", "batch", "constraint", "tokens", "tokens/s", "vs unconstrained"],
-              [[r["engine"], r["batch"], r["constraint"], r["tokens"], r["tok_per_s"], r["ratio"]] for r in rows]))
+    say(f"\n## decode, MLX (bench/bench_decode.py): random llama models, {args.max_tokens} tokens per row, "
+        f"best of {args.reps}, variants interleaved; ratio = tokens/s over the unconstrained run of the same "
+        "loop, batch, shape and vocabulary (cpu: the same in CPU seconds)\n")
+    say(table(["shape", "vocab", "loop", "batch", "constraint", "tokens", "tokens/s", "vs unconstrained", "(cpu)",
+               "prefix ok"],
+              [[r["shape"], r["vocab"], r["engine"], r["batch"], r["constraint"], r.get("tokens", "-"),
+                r.get("tok_per_s", "-"), r.get("ratio", "skipped: " + r.get("skipped", "")), r.get("cpu_ratio", "-"),
+                r.get("prefix_ok", "-")] for r in rows]))
 
 
 def _run_hf_part(args: Any, emit: Callable[[dict], None], say: Callable[[str], None]) -> None:

@@ -102,6 +102,101 @@ def test_vocabulary_for_is_cached_per_tokenizer() -> None:
     assert vocabulary_for(tok) is vocabulary_for(tok)
 
 
+# ----------------------------------------------------------------------------- unit: the mlx processor's masks
+
+LETTERS = r"[a-z]{40}"
+
+
+class _RecordingTokens:
+    """An `mx.array` of ids that records which slices the processor reads."""
+
+    def __init__(self, ids: list[int]) -> None:
+        import mlx.core as mx
+
+        self.array, self.size, self.starts = mx.array(ids), len(ids), []
+
+    def __getitem__(self, key: slice) -> object:
+        self.starts.append(key.start)
+        return self.array[key]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_mlx_processor_equals_bitmask_and_keeps_dtype(dtype: str) -> None:
+    import mlx.core as mx
+
+    tok = hf_tokenizer("llama-bpe")
+    vocab = vocabulary_for(tok)
+    proc = mlx_processor(LETTERS, tok, regex=True)
+    rng = np.random.default_rng(0)
+    logits = mx.array(rng.normal(size=(1, vocab.size + 7)).astype(np.float32)).astype(getattr(mx, dtype))
+    ids = tok.encode("thequickbrownfoxjumpsoverthelazydog", add_special_tokens=False)
+    seq, guide = [5, 6, 7], proc.cursor.fsm.guide()
+    for t in [None, *ids]:
+        if t is not None:
+            seq.append(t)
+            assert guide.advance(t)
+        out = proc(mx.array(seq), logits)
+        assert out.dtype == logits.dtype and out.shape == logits.shape
+        allowed = np.zeros(logits.shape[-1], bool)
+        allowed[guide.allowed_token_ids()] = True   # the 7 rows past the vocabulary stay masked
+        want = np.where(allowed, np.array(logits.astype(mx.float32))[0], -np.inf)
+        np.testing.assert_array_equal(np.array(out.astype(mx.float32))[0], want)
+
+
+def test_mlx_processor_reads_only_new_tokens_and_shares_equal_masks() -> None:
+    import mlx.core as mx
+
+    from constrained.processors import _mlx_mask_cache
+
+    tok = hf_tokenizer("llama-bpe")
+    vocab = vocabulary_for(tok)
+    proc = mlx_processor("[a-z]{50}", tok, regex=True)           # a pattern no other test uses: a fresh cache
+    logits = mx.zeros((vocab.size,))                           # 1-D logits keep their shape
+    prompt = list(range(100, 400))                              # a long prompt, never read
+    ids = [tok.convert_tokens_to_ids(c) for c in "abcdefghijklmnopqrstuvwxyzabcdefghijklmn"]  # one letter each
+    seq, starts = list(prompt), []
+    for t in [None, *ids]:
+        seq += [] if t is None else [t]
+        tokens = _RecordingTokens(seq)
+        assert proc(tokens, logits).shape == (vocab.size,)
+        starts += tokens.starts
+    assert starts == list(range(len(prompt), len(seq)))         # each step slices off just the new id
+    states = {proc.cursor.fsm.guide().state}
+    guide = proc.cursor.fsm.guide()
+    for t in ids:
+        guide.advance(t)
+        states.add(guide.state)
+    # 41 counting states, but far from the end they allow the same tokens: one mask for all of those
+    assert len(states) == len(ids) + 1 and _mlx_mask_cache(proc.cursor.fsm).num_masks < len(states)
+    assert proc.guide.is_finished() or proc.guide.num_tokens == len(ids)
+
+
+def test_mlx_mask_cache_evicts_by_bytes_and_stays_correct() -> None:
+    import mlx.core as mx
+
+    from constrained.processors import _MaskCache
+
+    tok = hf_tokenizer("llama-spm")
+    vocab = vocabulary_for(tok)
+    proc = mlx_processor(PHONE, tok, regex=True)
+    proc._masks = _MaskCache(max_bytes=1)                       # room for one mask only
+    logits = mx.array(np.random.default_rng(3).normal(size=(1, vocab.size)).astype(np.float32))
+    ids = [vocab.token_bytes.index(c.encode()) for c in "555-1234"]  # one character per token
+    seq, guide = [1], proc.cursor.fsm.guide()
+    for t in [None, *ids, None]:
+        if t is not None:
+            seq.append(t)
+            assert guide.advance(t)
+        elif len(seq) > 1:                                      # finished: EOS only
+            seq.append(vocab.eos_token_ids[0])
+            guide.advance(vocab.eos_token_ids[0])
+        out = np.array(proc(mx.array(seq), logits))[0]
+        allowed = np.zeros(vocab.size, bool)
+        allowed[guide.allowed_token_ids()] = True
+        np.testing.assert_array_equal(out, np.where(allowed, np.array(logits)[0], -np.inf))
+        assert proc._masks.num_masks == 1
+
+
 # ----------------------------------------------------------------------------- mlx-lm
 
 
