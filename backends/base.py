@@ -29,13 +29,14 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from constrained.token_trie import KVSegment, TokenTrie
 
-__all__ = ["AsyncLM", "Job", "load_model_by_name", "sample_token"]
+__all__ = ["AsyncLM", "Job", "ModelLM", "load_model_by_name", "sample_token"]
 
 Prompt = tuple[int, ...]
 
@@ -219,8 +220,7 @@ class AsyncLM:
         seed: int | None = None,
     ) -> list[list[int]]:
         """Sample one continuation per prompt; row ``i`` uses the seed ``(seed, i)``."""
-        fut = self._submit(self._sample_rows, _prompts(prompt_token_ids_list), max_tokens, set(eos_token_ids), temperature, seed)
-        return await asyncio.wrap_future(fut)
+        return await asyncio.wrap_future(self._submit_sample(prompt_token_ids_list, max_tokens, eos_token_ids, temperature, seed))
 
     def _flush(self) -> None:
         if self._timer is not None:
@@ -265,8 +265,12 @@ class AsyncLM:
         seed: int | None = None,
     ) -> list[list[int]]:
         """Blocking `batch_sample`."""
-        fut = self._submit(self._sample_rows, _prompts(prompt_token_ids_list), max_tokens, set(eos_token_ids), temperature, seed)
-        return fut.result()
+        return self._submit_sample(prompt_token_ids_list, max_tokens, eos_token_ids, temperature, seed).result()
+
+    def _submit_sample(
+        self, prompts: Sequence[Sequence[int]], max_tokens: int, eos: Sequence[int], temperature: float, seed: int | None
+    ) -> Future[list[list[int]]]:
+        return self._submit(self._sample_rows, _prompts(prompts), max_tokens, {int(t) for t in eos}, temperature, seed)
 
     def cache_kv(self, prompt_token_ids: Sequence[int]) -> None:
         """Run `prompt_token_ids` now so later prompts extending it reuse its KV."""
@@ -410,25 +414,115 @@ class AsyncLM:
     def _sample_rows(
         self, prompts: list[Prompt], max_tokens: int, eos: set[int], temperature: float, seed: int | None
     ) -> list[list[int]]:
-        """Worker thread: ancestral sampling, one batched logprobs call per step."""
+        """Worker thread: ancestral sampling, one batched model step per token.
+
+        The prompts' logprobs and KV come through the trie (shared prompts run
+        once); then `_live_start` hands back a live decoding state that each
+        `_live_step` extends by one token per active row, so no step
+        re-looks-up or re-concatenates the prompt's KV.
+        """
+        if max_tokens <= 0 or not prompts:
+            return [[] for _ in prompts]
         rngs = [np.random.default_rng(None if seed is None else [seed, i]) for i in range(len(prompts))]
-        seqs = [list(p) for p in prompts]
+        live, lps = self._live_start(prompts, max_tokens)
         outs: list[list[int]] = [[] for _ in prompts]
         active = list(range(len(prompts)))
-        for _ in range(max_tokens):
-            if not active:
+        for step in range(max_tokens):
+            keep = []  # rows (positions in `active`) that did not draw EOS
+            for row, i in enumerate(active):
+                tok = sample_token(lps[row], temperature, rngs[i])
+                if tok not in eos:
+                    outs[i].append(tok)
+                    keep.append(row)
+            if not keep or step == max_tokens - 1:
                 break
-            lps = self._run_prompts([tuple(seqs[i]) for i in active])
-            still = []
-            for i, lp in zip(active, lps):
-                tok = sample_token(lp, temperature, rngs[i])
-                if tok in eos:
-                    continue
-                outs[i].append(tok)
-                seqs[i].append(tok)
-                still.append(i)
-            active = still
+            if len(keep) < len(active):
+                active = [active[r] for r in keep]
+                live = self._live_keep(live, keep)
+            lps = self._live_step(live, [outs[i][-1] for i in active])
         return outs
+
+    # Live decoding hooks. This default keeps each row's token sequence and asks
+    # the trie-backed `_run_prompts` every step (right for MockLM); MLXLM and
+    # HFLM override them to decode on a batch KV cache that stays alive.
+
+    def _live_start(self, prompts: list[Prompt], max_tokens: int) -> tuple[Any, Sequence[np.ndarray]]:
+        """Return a decoding state for `prompts` and each prompt's next-token logprobs."""
+        return [list(p) for p in prompts], self._run_prompts(prompts)
+
+    def _live_step(self, live: Any, tokens: list[int]) -> Sequence[np.ndarray]:
+        """Append one token per row of `live`; return each row's next-token logprobs."""
+        for seq, tok in zip(live, tokens):
+            seq.append(tok)
+        return self._run_prompts([tuple(seq) for seq in live])
+
+    def _live_keep(self, live: Any, rows: list[int]) -> Any:
+        """Keep only `rows` (indices into the current rows) of `live`, in order."""
+        return [live[r] for r in rows]
+
+
+class ModelLM(AsyncLM):
+    """What `MLXLM` and `HFLM` share: construction from a model and tokenizer or a loader, `from_name`.
+
+    Subclasses implement `_load_pretrained(name, allow_download)`, which runs
+    on the worker thread and returns ``(model, tokenizer)``.
+
+    Args:
+        model: the framework's causal LM (with `tokenizer`; or pass `loader`).
+        tokenizer: its tokenizer.
+        prefill_step_size: most prompt tokens per model call while prefilling.
+        loader: a zero-argument callable returning ``(model, tokenizer)``, run on the worker thread.
+        **opts: `AsyncLM` options: batch_size, timeout, cache_size (bytes), max_segments, prefix_caching.
+
+    Example:
+        >>> from backends.hf import HFLM  # doctest: +SKIP
+        >>> lm = HFLM.from_name("path/to/model", batch_size=8)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        model: Any = None,
+        tokenizer: Any = None,
+        *,
+        prefill_step_size: int = 2048,
+        loader: Callable[[], tuple[Any, Any]] | None = None,
+        **opts: Any,
+    ) -> None:
+        if not isinstance(prefill_step_size, int) or prefill_step_size < 1:
+            raise ValueError(f"`prefill_step_size` must be a positive integer, got {prefill_step_size!r}")
+        self.prefill_step_size = prefill_step_size
+        if loader is None:
+            if model is None or tokenizer is None:
+                name = type(self).__name__
+                raise ValueError(f"{name} needs `model` and `tokenizer`, or use {name}.from_name(path)")
+            loader = lambda: (model, tokenizer)  # noqa: E731
+        super().__init__(loader, **opts)
+
+    @classmethod
+    def from_name(cls, name: str, *, allow_download: bool = False, **opts: Any) -> ModelLM:
+        """Load the model directory `name` on the worker thread; `ensure_loaded()` surfaces failures.
+
+        Args:
+            name: a local model directory; a hub repo id only if `allow_download`.
+            allow_download: permit fetching `name` from the Hugging Face hub.
+            **opts: constructor options (prefill_step_size, batch_size, ...).
+        """
+
+        def loader() -> tuple[Any, Any]:
+            if not allow_download and not Path(name).is_dir():
+                raise FileNotFoundError(f"no model directory at {name!r} (pass allow_download=True to fetch a hub repo)")
+            return cls._load_pretrained(str(name), allow_download)
+
+        return cls(loader=loader, **opts)
+
+    @staticmethod
+    def _load_pretrained(name: str, allow_download: bool) -> tuple[Any, Any]:
+        raise NotImplementedError
+
+    def _count_step(self, rows: int) -> None:
+        """Account one live decoding step of `rows` tokens."""
+        self.stats["model_tokens"] += rows
+        self.stats["forward_calls"] += 1
 
 
 def _resolve(futs: list[asyncio.Future[np.ndarray]], cfut: Future[list[np.ndarray]]) -> None:
