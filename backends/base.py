@@ -40,6 +40,8 @@ __all__ = ["AsyncLM", "Job", "ModelLM", "load_model_by_name", "sample_token"]
 
 Prompt = tuple[int, ...]
 
+_LOAD_LOCK = threading.Lock()
+
 
 @dataclass
 class Job:
@@ -144,8 +146,12 @@ class AsyncLM:
 
     def _load_on_worker(self, loader: Callable[[], tuple[Any, Any]]) -> None:
         self._worker_ident = threading.get_ident()
-        model, tokenizer = loader()
-        self._vocab_size, self._eos, self._tokenizer = self._setup(model, tokenizer)
+        # One load at a time per process: transformers' from_pretrained patches
+        # global state (meta-device init, weight tying), so two backends loading
+        # at once on their own workers can each get the other's half-built model.
+        with _LOAD_LOCK:
+            model, tokenizer = loader()
+            self._vocab_size, self._eos, self._tokenizer = self._setup(model, tokenizer)
         self.model = model
 
     def ensure_loaded(self) -> None:
