@@ -159,10 +159,56 @@ class HFLM(ModelLM):
 
     @torch.inference_mode()
     def _forward(self, jobs: list[Job]) -> list[tuple[np.ndarray, Any]]:
+        if self._packable(jobs):
+            return self._forward_packed(jobs)
         logprobs, live, P, H = self._prefill(jobs, reserve=0)
         heads = [len(j.tokens) - 1 - j.start for j in jobs]
         handles = [self._slice_kv(live.cache, i, j, P, h, P + H) for i, (j, h) in enumerate(zip(jobs, heads))]
         return [(logprobs[i].copy(), handles[i]) for i in range(len(jobs))]
+
+    def _packable(self, jobs: list[Job]) -> bool:
+        """Rows extending one shared cached chain, few enough tokens for one call: run them packed."""
+        first = jobs[0]
+        if len(jobs) < 2 or not first.chain or sum(len(j.tokens) - j.start for j in jobs) > self.prefill_step_size:
+            return False
+        ids = [id(s.handle) for s in first.chain]
+        return all(j.start == first.start and [id(s.handle) for s in j.chain] == ids for j in jobs)
+
+    def _forward_packed(self, jobs: list[Job]) -> list[tuple[np.ndarray, Any]]:
+        """Rows sharing a cached prefix as ONE sequence: ``[prefix | row 0's suffix | row 1's suffix | ...]``.
+
+        The prefix's KV is loaded once instead of once per row. A 4-D mask lets
+        each suffix token see the prefix and the earlier tokens of its own row
+        only, and `position_ids` restart at the prefix length for every row, so
+        each row computes exactly what it would alone.
+        """
+        P = jobs[0].start
+        suffixes = [j.tokens[P:] for j in jobs]
+        row = torch.tensor([i for i, s in enumerate(suffixes) for _ in s])
+        pos = torch.tensor([P + k for s in suffixes for k in range(len(s))])
+        ends = torch.cumsum(torch.tensor([len(s) for s in suffixes]), 0)
+        Q = len(row)
+        visible = (row[:, None] == row[None, :]) & (pos[:, None] >= pos[None, :])
+        mask = torch.zeros(1, 1, Q, P + Q, dtype=self.model.dtype)
+        mask[0, 0, :, P:].masked_fill_(~visible, torch.finfo(self.model.dtype).min)
+        cache = self._past([jobs[0].chain], P, P + Q)
+        out = self.model(
+            input_ids=torch.tensor([[t for s in suffixes for t in s]]), attention_mask=mask, position_ids=pos.unsqueeze(0),
+            past_key_values=cache, use_cache=True, logits_to_keep=ends - 1,
+        )  # fmt: skip
+        logprobs = torch.log_softmax(out.logits[0].float(), dim=-1).numpy()
+        self.stats["padded_tokens"] += Q
+        self.stats["packed_rows"] += len(jobs)
+        result = []
+        for i, job in enumerate(jobs):
+            handle = None
+            if job.store_from is not None:  # this row's columns, after the prefix's when a full copy is asked for
+                cols = torch.arange(P + int(ends[i]) - len(suffixes[i]), P + int(ends[i]))
+                if job.store_from == 0:
+                    cols = torch.cat([torch.arange(P), cols])
+                handle = TorchKV([layer.keys[0][:, cols] for layer in cache.layers], [layer.values[0][:, cols] for layer in cache.layers])
+            result.append((logprobs[i].copy(), handle))
+        return result
 
     def _prefill(self, jobs: list[Job], reserve: int) -> tuple[np.ndarray, _Live, int, int]:
         """Run `jobs` (cached chains, then heads, then last tokens); keep `reserve` free columns for decoding."""

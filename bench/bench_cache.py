@@ -44,6 +44,8 @@ SHAPES: dict[str, dict[str, Any]] = {
 
 def _interleaved(fns: dict[str, Callable[[], Any]], reps: int) -> dict[str, float]:
     """Best-of-`reps` wall time per variant, variants interleaved so machine load hits all alike."""
+    for fn in fns.values():  # warm-up: first calls pay for lazy init and allocator growth
+        fn()
     best = {k: float("inf") for k in fns}
     for _ in range(reps):
         for name, fn in fns.items():

@@ -128,6 +128,19 @@ def test_sampling_paths_agree(model_dir, tokenizer) -> None:
     assert fast == slow == plain and all(len(r) == 12 for r in fast) and len({tuple(r) for r in fast}) > 1
 
 
+@pytest.mark.parametrize("max_segments", [8, 1])  # 1: rows store full copies (prefix + own columns)
+def test_rows_sharing_a_cached_prefix_run_packed(max_segments: int, model_dir, tokenizer) -> None:
+    prefix = tokenizer.encode('{"name": "Ada", "tags": [')
+    rows = [prefix + tokenizer.encode(t) for t in ['"a"]', '"bc", "d", "e"', "1"]]
+    deeper = [r + [7, 8] for r in rows]  # then extend each row from the KV its packed run stored
+    with make_backend("hf", model_dir, max_segments=max_segments) as lm:
+        lm.next_token_logprobs_sync(prefix)
+        got = lm.batch_next_token_logprobs_sync(rows) + lm.batch_next_token_logprobs_sync(deeper)
+        assert lm.stats["packed_rows"] == 3 and lm.stats["kv_reused_tokens"] == 3 * len(prefix) + sum(map(len, rows))
+    for a, b in zip(got, reference("hf", model_dir, rows + deeper)):
+        assert np.abs(a - b).max() < SAME
+
+
 def step_by_step(lm):
     """Route `lm`'s sampler through AsyncLM's default hooks: one trie lookup per token, no live cache."""
     from backends.base import AsyncLM
