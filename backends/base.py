@@ -356,6 +356,8 @@ class AsyncLM:
     def _check_prompt(self, p: Prompt) -> ValueError | None:
         if not p:
             return ValueError("token_ids must hold at least one token, got []")
+        if min(p) >= 0 and max(p) < self._vocab_size:  # the common case, checked in C
+            return None
         bad = [t for t in p if not 0 <= t < self._vocab_size]
         if bad:
             return ValueError(f"token ids must be in [0, {self._vocab_size}), got {bad[:5]}")
@@ -372,10 +374,11 @@ class AsyncLM:
         if not self.prefix_caching or len(misses) < 2:
             return [misses] if misses else []
         targets = set(misses)
-        ordered = sorted(misses)
+        ordered, checked = sorted(misses), set()
         for a, b in zip(ordered, ordered[1:]):
             d = _lcp(a, b)
-            if d >= 2 and d < len(b):
+            if d >= 2 and d < len(b) and b[:d] not in checked:  # many rows share one prefix: look it up once
+                checked.add(b[:d])
                 chain = self.trie.longest_kv(b[:d])
                 if d - (chain[-1].end if chain else 0) >= 2:
                     targets.add(b[:d])
@@ -548,11 +551,17 @@ def _prompts(token_ids_list: Sequence[Sequence[int]]) -> list[Prompt]:
 
 
 def _lcp(a: Prompt, b: Prompt) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    """Length of the common prefix: binary search on slice equality (compared in C, not token by token)."""
+    lo, hi = 0, min(len(a), len(b))
+    if a[:hi] == b[:hi]:
+        return hi
+    while hi - lo > 1:  # invariant: a[:lo] == b[:lo] and a[:hi] != b[:hi]
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def load_model_by_name(name: str, backend: str = "mlx", llm_opts: dict[str, Any] | None = None) -> AsyncLM:
