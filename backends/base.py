@@ -202,8 +202,7 @@ class AsyncLM:
 
     async def batch_next_token_logprobs(self, token_ids_list: Sequence[Sequence[int]]) -> list[np.ndarray]:
         """Logprobs for many prompts, run together (bypasses the queue)."""
-        prompts = [tuple(int(t) for t in p) for p in token_ids_list]
-        return await asyncio.wrap_future(self._submit(self._run_prompts, prompts))
+        return await asyncio.wrap_future(self._submit(self._run_prompts, _prompts(token_ids_list)))
 
     async def sample(
         self,
