@@ -153,6 +153,9 @@ class HFLM(ModelLM):
             eos = tokenizer.eos_token_id
         eos_ids = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
         vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        # Packing needs a kernel that honours a custom 4-D mask, and no sliding-window layers (it masks them all alike).
+        full_attention = all(type(layer) is DynamicLayer for layer in DynamicCache(config=model.config).layers)
+        self._can_pack = full_attention and model.config._attn_implementation in ("sdpa", "eager")
         return vocab_size, sorted(int(t) for t in eos_ids), tokenizer
 
     # ------------------------------------------------------------------ batched forward
@@ -169,7 +172,9 @@ class HFLM(ModelLM):
     def _packable(self, jobs: list[Job]) -> bool:
         """Rows extending one shared cached chain, few enough tokens for one call: run them packed."""
         first = jobs[0]
-        if len(jobs) < 2 or not first.chain or sum(len(j.tokens) - j.start for j in jobs) > self.prefill_step_size:
+        if not self._can_pack or len(jobs) < 2 or not first.chain:
+            return False
+        if sum(len(j.tokens) - j.start for j in jobs) > self.prefill_step_size:
             return False
         ids = [id(s.handle) for s in first.chain]
         return all(j.start == first.start and [id(s.handle) for s in j.chain] == ids for j in jobs)

@@ -19,7 +19,8 @@ layers (an lm_head row is ~0.02-0.4 of a token's cost for 0.1-8B models).
 Each setup line prints ``lm_head_row_in_tokens`` and ``flop_estimate``, the
 shared-prompt ratio that counting multiply-adds predicts, next to what is measured.
 
-Run: ``python -m bench.bench_cache [--backends mlx hf] [--vocabs byte-bpe llama-spm] [--shapes tiny deep] [--reps 5]``
+Run: ``python -m bench.bench_cache [--backends mlx hf] [--vocabs byte-bpe llama-spm] [--shapes tiny deep] [--reps 5]
+[--torch-threads 1]``
 """
 
 from __future__ import annotations
@@ -173,9 +174,19 @@ def bench_throughput(kind: str, model_dir: str, prompts: list[list[int]], reps: 
         )  # fmt: skip
 
 
-def run(backends: list[str], vocabs: list[str], shapes: list[str], reps: int) -> None:
-    """Every case for each shape x vocabulary x backend (the prompts are seeded, so runs compare)."""
+def run(backends: list[str], vocabs: list[str], shapes: list[str], reps: int, torch_threads: int | None = None) -> None:
+    """Every case for each shape x vocabulary x backend (the prompts are seeded, so runs compare).
+
+    `torch_threads` pins torch's intra-op threads: on a small shared machine,
+    a busy neighbour stalls torch's thread barriers, which costs small calls
+    (one token per row) far more than a prefill and skews the ratios.
+    """
     from backends.tiny import tiny_model_dir
+
+    if torch_threads is not None and "hf" in backends:
+        import torch
+
+        torch.set_num_threads(torch_threads)
 
     for shape in shapes:
         for vocab in vocabs:
@@ -186,10 +197,17 @@ def run(backends: list[str], vocabs: list[str], shapes: list[str], reps: int) ->
             prompts = [rng.integers(3, cfg["vocab_size"], size=128).tolist() for _ in range(8)]
             flops = {k: round(v, 3) for k, v in flop_model(cfg).items()}
             for kind in backends:
+                threads = _torch_threads() if kind == "hf" else None
                 _emit(case="setup", backend=kind, shape=shape, vocab=vocab, vocab_size=cfg["vocab_size"],
-                      hidden_size=cfg["hidden_size"], layers=cfg["num_hidden_layers"], **flops)  # fmt: skip
+                      hidden_size=cfg["hidden_size"], layers=cfg["num_hidden_layers"], torch_threads=threads, **flops)  # fmt: skip
                 bench_shared_prompt(kind, model_dir, prompt, reps)
                 bench_throughput(kind, model_dir, prompts, reps)
+
+
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
 
 
 def main() -> None:
@@ -198,8 +216,9 @@ def main() -> None:
     parser.add_argument("--vocabs", nargs="+", default=["byte-bpe", "llama-spm"])
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--torch-threads", type=int, default=None, help="torch.set_num_threads for the HF runs (default: torch's)")
     args = parser.parse_args()
-    run(args.backends, args.vocabs, args.shapes, args.reps)
+    run(args.backends, args.vocabs, args.shapes, args.reps, args.torch_threads)
 
 
 if __name__ == "__main__":

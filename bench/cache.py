@@ -49,7 +49,7 @@ def run_cache(args: Any, emit: Callable[[dict], None], say: Callable[[str], None
 
     shapes = getattr(args, "shapes", None) or list(bench_cache.SHAPES)
     with contextlib.redirect_stdout(_Lines(sink)):
-        bench_cache.run(args.backends, args.vocabs, shapes, args.reps)
+        bench_cache.run(args.backends, args.vocabs, shapes, args.reps, getattr(args, "torch_threads", None))
     say(_summary(rows))
     return 0
 
@@ -61,6 +61,8 @@ def _summary(rows: list[dict]) -> str:
     for r in rows:
         if r["case"] == "setup":
             model = f"{r['shape']} ({r['layers']}x{r['hidden_size']}), {r['vocab']} ({r['vocab_size']})"
+            if r.get("torch_threads"):
+                model += f", {r['torch_threads']} torch thread(s)"
             est = f"{r['flop_estimate']}x (lm_head row = {r['lm_head_row_in_tokens']} tokens)"
         elif r["case"] == "shared_prompt":
             met = "yes" if r["target_met"] else "NO"
