@@ -14,10 +14,16 @@ A 2-D attention mask zeroes the padding wherever it falls, and explicit
 other's padding. Each row's KV (its real columns, concatenated once) is then
 stored as one segment in the trie.
 
+Rows that all extend ONE cached chain (n continuations of a shared prompt,
+the common case) run packed instead: one sequence ``[prefix | suffix 0 |
+suffix 1 | ...]`` with a 4-D mask, so the prefix's KV is loaded once rather
+than copied into every row.
+
 The cache is a `DynamicCache` whose layers are `BufferLayer`s: they write new
 keys and values into a buffer reserved up front instead of `torch.cat`-ing
 the whole cache on every call, so a decoding step costs its new token, not a
-copy of the prompt's KV. Sampling decodes on that same live batch.
+copy of the prompt's KV. Sampling decodes on such a live batch, built from
+the prompts' chains in the trie (a shared prompt is prefilled once).
 """
 
 from __future__ import annotations

@@ -171,6 +171,22 @@ def test_concurrent_loads_get_the_same_weights(model_dir) -> None:
     assert np.abs(x - y).max() == 0 and np.abs(x - z).max() < ATOL
 
 
+def test_buffer_layer_appends_like_torch_cat() -> None:
+    import torch
+
+    from backends.hf import BufferLayer
+
+    layer, gen = BufferLayer(capacity=2), torch.Generator().manual_seed(0)
+    parts = [torch.randn(3, 2, n, 4, generator=gen) for n in (3, 1, 5)]  # the first already overflows: grows twice
+    for i in range(len(parts)):
+        k, v = layer.update(parts[i], -parts[i])
+        want = torch.cat(parts[: i + 1], dim=2)
+        assert torch.equal(k, want) and torch.equal(v, -want) and layer.get_seq_length() == want.shape[2]
+    layer.batch_select_indices(torch.tensor([2, 0]))
+    layer.crop(-4)
+    assert torch.equal(layer.keys, want[[2, 0], :, :5]) and layer.get_seq_length() == 5
+
+
 def test_padded_vocab_logprobs_have_model_width(tmp_path) -> None:
     base = tiny_model_dir("llama", "byte-bpe", cache_dir=tmp_path)
     n = len(AutoTokenizer.from_pretrained(base))
