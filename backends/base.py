@@ -29,15 +29,18 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from constrained.token_trie import KVSegment, TokenTrie
 
-__all__ = ["AsyncLM", "Job", "load_model_by_name", "sample_token"]
+__all__ = ["AsyncLM", "Job", "ModelLM", "load_model_by_name", "sample_token"]
 
 Prompt = tuple[int, ...]
+
+_LOAD_LOCK = threading.Lock()
 
 
 @dataclass
@@ -143,8 +146,12 @@ class AsyncLM:
 
     def _load_on_worker(self, loader: Callable[[], tuple[Any, Any]]) -> None:
         self._worker_ident = threading.get_ident()
-        model, tokenizer = loader()
-        self._vocab_size, self._eos, self._tokenizer = self._setup(model, tokenizer)
+        # One load at a time per process: transformers' from_pretrained patches
+        # global state (meta-device init, weight tying), so two backends loading
+        # at once on their own workers can each get the other's half-built model.
+        with _LOAD_LOCK:
+            model, tokenizer = loader()
+            self._vocab_size, self._eos, self._tokenizer = self._setup(model, tokenizer)
         self.model = model
 
     def ensure_loaded(self) -> None:
@@ -195,8 +202,7 @@ class AsyncLM:
 
     async def batch_next_token_logprobs(self, token_ids_list: Sequence[Sequence[int]]) -> list[np.ndarray]:
         """Logprobs for many prompts, run together (bypasses the queue)."""
-        prompts = [tuple(int(t) for t in p) for p in token_ids_list]
-        return await asyncio.wrap_future(self._submit(self._run_prompts, prompts))
+        return await asyncio.wrap_future(self._submit(self._run_prompts, _prompts(token_ids_list)))
 
     async def sample(
         self,
@@ -219,8 +225,7 @@ class AsyncLM:
         seed: int | None = None,
     ) -> list[list[int]]:
         """Sample one continuation per prompt; row ``i`` uses the seed ``(seed, i)``."""
-        fut = self._submit(self._sample_rows, _prompts(prompt_token_ids_list), max_tokens, set(eos_token_ids), temperature, seed)
-        return await asyncio.wrap_future(fut)
+        return await asyncio.wrap_future(self._submit_sample(prompt_token_ids_list, max_tokens, eos_token_ids, temperature, seed))
 
     def _flush(self) -> None:
         if self._timer is not None:
@@ -265,8 +270,12 @@ class AsyncLM:
         seed: int | None = None,
     ) -> list[list[int]]:
         """Blocking `batch_sample`."""
-        fut = self._submit(self._sample_rows, _prompts(prompt_token_ids_list), max_tokens, set(eos_token_ids), temperature, seed)
-        return fut.result()
+        return self._submit_sample(prompt_token_ids_list, max_tokens, eos_token_ids, temperature, seed).result()
+
+    def _submit_sample(
+        self, prompts: Sequence[Sequence[int]], max_tokens: int, eos: Sequence[int], temperature: float, seed: int | None
+    ) -> Future[list[list[int]]]:
+        return self._submit(self._sample_rows, _prompts(prompts), max_tokens, {int(t) for t in eos}, temperature, seed)
 
     def cache_kv(self, prompt_token_ids: Sequence[int]) -> None:
         """Run `prompt_token_ids` now so later prompts extending it reuse its KV."""
@@ -346,6 +355,8 @@ class AsyncLM:
     def _check_prompt(self, p: Prompt) -> ValueError | None:
         if not p:
             return ValueError("token_ids must hold at least one token, got []")
+        if min(p) >= 0 and max(p) < self._vocab_size:  # the common case, checked in C
+            return None
         bad = [t for t in p if not 0 <= t < self._vocab_size]
         if bad:
             return ValueError(f"token ids must be in [0, {self._vocab_size}), got {bad[:5]}")
@@ -362,10 +373,11 @@ class AsyncLM:
         if not self.prefix_caching or len(misses) < 2:
             return [misses] if misses else []
         targets = set(misses)
-        ordered = sorted(misses)
+        ordered, checked = sorted(misses), set()
         for a, b in zip(ordered, ordered[1:]):
             d = _lcp(a, b)
-            if d >= 2 and d < len(b):
+            if d >= 2 and d < len(b) and b[:d] not in checked:  # many rows share one prefix: look it up once
+                checked.add(b[:d])
                 chain = self.trie.longest_kv(b[:d])
                 if d - (chain[-1].end if chain else 0) >= 2:
                     targets.add(b[:d])
@@ -410,25 +422,115 @@ class AsyncLM:
     def _sample_rows(
         self, prompts: list[Prompt], max_tokens: int, eos: set[int], temperature: float, seed: int | None
     ) -> list[list[int]]:
-        """Worker thread: ancestral sampling, one batched logprobs call per step."""
+        """Worker thread: ancestral sampling, one batched model step per token.
+
+        The prompts' logprobs and KV come through the trie (shared prompts run
+        once); then `_live_start` hands back a live decoding state that each
+        `_live_step` extends by one token per active row, so no step
+        re-looks-up or re-concatenates the prompt's KV.
+        """
+        if max_tokens <= 0 or not prompts:
+            return [[] for _ in prompts]
         rngs = [np.random.default_rng(None if seed is None else [seed, i]) for i in range(len(prompts))]
-        seqs = [list(p) for p in prompts]
+        live, lps = self._live_start(prompts, max_tokens)
         outs: list[list[int]] = [[] for _ in prompts]
         active = list(range(len(prompts)))
-        for _ in range(max_tokens):
-            if not active:
+        for step in range(max_tokens):
+            keep = []  # rows (positions in `active`) that did not draw EOS
+            for row, i in enumerate(active):
+                tok = sample_token(lps[row], temperature, rngs[i])
+                if tok not in eos:
+                    outs[i].append(tok)
+                    keep.append(row)
+            if not keep or step == max_tokens - 1:
                 break
-            lps = self._run_prompts([tuple(seqs[i]) for i in active])
-            still = []
-            for i, lp in zip(active, lps):
-                tok = sample_token(lp, temperature, rngs[i])
-                if tok in eos:
-                    continue
-                outs[i].append(tok)
-                seqs[i].append(tok)
-                still.append(i)
-            active = still
+            if len(keep) < len(active):
+                active = [active[r] for r in keep]
+                live = self._live_keep(live, keep)
+            lps = self._live_step(live, [outs[i][-1] for i in active])
         return outs
+
+    # Live decoding hooks. This default keeps each row's token sequence and asks
+    # the trie-backed `_run_prompts` every step (right for MockLM); MLXLM and
+    # HFLM override them to decode on a batch KV cache that stays alive.
+
+    def _live_start(self, prompts: list[Prompt], max_tokens: int) -> tuple[Any, Sequence[np.ndarray]]:
+        """Return a decoding state for `prompts` and each prompt's next-token logprobs."""
+        return [list(p) for p in prompts], self._run_prompts(prompts)
+
+    def _live_step(self, live: Any, tokens: list[int]) -> Sequence[np.ndarray]:
+        """Append one token per row of `live`; return each row's next-token logprobs."""
+        for seq, tok in zip(live, tokens):
+            seq.append(tok)
+        return self._run_prompts([tuple(seq) for seq in live])
+
+    def _live_keep(self, live: Any, rows: list[int]) -> Any:
+        """Keep only `rows` (indices into the current rows) of `live`, in order."""
+        return [live[r] for r in rows]
+
+
+class ModelLM(AsyncLM):
+    """What `MLXLM` and `HFLM` share: construction from a model and tokenizer or a loader, `from_name`.
+
+    Subclasses implement `_load_pretrained(name, allow_download)`, which runs
+    on the worker thread and returns ``(model, tokenizer)``.
+
+    Args:
+        model: the framework's causal LM (with `tokenizer`; or pass `loader`).
+        tokenizer: its tokenizer.
+        prefill_step_size: most prompt tokens per model call while prefilling.
+        loader: a zero-argument callable returning ``(model, tokenizer)``, run on the worker thread.
+        **opts: `AsyncLM` options: batch_size, timeout, cache_size (bytes), max_segments, prefix_caching.
+
+    Example:
+        >>> from backends.hf import HFLM  # doctest: +SKIP
+        >>> lm = HFLM.from_name("path/to/model", batch_size=8)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        model: Any = None,
+        tokenizer: Any = None,
+        *,
+        prefill_step_size: int = 2048,
+        loader: Callable[[], tuple[Any, Any]] | None = None,
+        **opts: Any,
+    ) -> None:
+        if not isinstance(prefill_step_size, int) or prefill_step_size < 1:
+            raise ValueError(f"`prefill_step_size` must be a positive integer, got {prefill_step_size!r}")
+        self.prefill_step_size = prefill_step_size
+        if loader is None:
+            if model is None or tokenizer is None:
+                name = type(self).__name__
+                raise ValueError(f"{name} needs `model` and `tokenizer`, or use {name}.from_name(path)")
+            loader = lambda: (model, tokenizer)  # noqa: E731
+        super().__init__(loader, **opts)
+
+    @classmethod
+    def from_name(cls, name: str, *, allow_download: bool = False, **opts: Any) -> ModelLM:
+        """Load the model directory `name` on the worker thread; `ensure_loaded()` surfaces failures.
+
+        Args:
+            name: a local model directory; a hub repo id only if `allow_download`.
+            allow_download: permit fetching `name` from the Hugging Face hub.
+            **opts: constructor options (prefill_step_size, batch_size, ...).
+        """
+
+        def loader() -> tuple[Any, Any]:
+            if not allow_download and not Path(name).is_dir():
+                raise FileNotFoundError(f"no model directory at {name!r} (pass allow_download=True to fetch a hub repo)")
+            return cls._load_pretrained(str(name), allow_download)
+
+        return cls(loader=loader, **opts)
+
+    @staticmethod
+    def _load_pretrained(name: str, allow_download: bool) -> tuple[Any, Any]:
+        raise NotImplementedError
+
+    def _count_step(self, rows: int) -> None:
+        """Account one live decoding step of `rows` tokens."""
+        self.stats["model_tokens"] += rows
+        self.stats["forward_calls"] += 1
 
 
 def _resolve(futs: list[asyncio.Future[np.ndarray]], cfut: Future[list[np.ndarray]]) -> None:
@@ -448,11 +550,17 @@ def _prompts(token_ids_list: Sequence[Sequence[int]]) -> list[Prompt]:
 
 
 def _lcp(a: Prompt, b: Prompt) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    """Length of the common prefix: binary search on slice equality (compared in C, not token by token)."""
+    lo, hi = 0, min(len(a), len(b))
+    if a[:hi] == b[:hi]:
+        return hi
+    while hi - lo > 1:  # invariant: a[:lo] == b[:lo] and a[:hi] != b[:hi]
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def load_model_by_name(name: str, backend: str = "mlx", llm_opts: dict[str, Any] | None = None) -> AsyncLM:

@@ -3,7 +3,7 @@
 One batch is laid out in columns as ``[cached prefix | suffix head | last token]``:
 
 - cached prefixes are left-padded to the longest one (``P`` columns) and
-  loaded into a `DynamicCache`;
+  copied, segment by segment, into a preallocated KV buffer;
 - suffix heads (all uncached tokens but the last) are right-padded to the
   longest head and prefilled through the decoder in `prefill_step_size` chunks;
 - every row's last token shares the final column, so one step yields all
@@ -13,26 +13,38 @@ A 2-D attention mask zeroes the padding wherever it falls, and explicit
 `position_ids` give each token its true position, so rows never see each
 other's padding. Each row's KV (its real columns, concatenated once) is then
 stored as one segment in the trie.
+
+Rows that all extend ONE cached chain (n continuations of a shared prompt,
+the common case) run packed instead: one sequence ``[prefix | suffix 0 |
+suffix 1 | ...]`` with a 4-D mask, so the prefix's KV is loaded once rather
+than copied into every row.
+
+The cache is a `DynamicCache` whose layers are `BufferLayer`s: they write new
+keys and values into a buffer reserved up front instead of `torch.cat`-ing
+the whole cache on every call, so a decoding step costs its new token, not a
+copy of the prompt's KV. Sampling decodes on such a live batch, built from
+the prompts' chains in the trie (a shared prompt is prefilled once).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from backends.base import AsyncLM, Job
+from backends.base import Job, ModelLM, Prompt
 from constrained.errors import BackendUnavailableError
+from constrained.token_trie import KVSegment
 
 try:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+    from transformers.cache_utils import DynamicLayer
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise BackendUnavailableError("hf", "hf", str(e)) from e
 
-__all__ = ["HFLM", "TorchKV"]
+__all__ = ["BufferLayer", "HFLM", "TorchKV"]
 
 
 @dataclass
@@ -47,7 +59,77 @@ class TorchKV:
         self.nbytes = sum(k.nbytes + v.nbytes for k, v in zip(self.keys, self.values))
 
 
-class HFLM(AsyncLM):
+class BufferLayer(DynamicLayer):
+    """A `DynamicLayer` that appends into a reserved buffer (doubling when full) instead of `torch.cat`.
+
+    `keys` / `values` are views of the first `length` columns, so code that
+    reads a `DynamicLayer` keeps working.
+
+    Example:
+        >>> layer = BufferLayer(capacity=8)
+        >>> k = torch.zeros(1, 2, 3, 4)
+        >>> layer.update(k, k)[0].shape, layer.update(k[:, :, :1], k[:, :, :1])[0].shape
+        (torch.Size([1, 2, 3, 4]), torch.Size([1, 2, 4, 4]))
+    """
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = max(1, capacity)
+        self.length = 0
+
+    def reserve(self, like_k: torch.Tensor, like_v: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Allocate zeroed buffers of `rows` rows shaped like `like_k` / `like_v` ``(heads, *, dim)``; return them."""
+        self.lazy_initialization(like_k, like_v)
+        self._k = like_k.new_zeros((rows, like_k.shape[0], self.capacity, like_k.shape[-1]))
+        self._v = like_v.new_zeros((rows, like_v.shape[0], self.capacity, like_v.shape[-1]))
+        return self._k, self._v
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.reserve(key_states[0], value_states[0], key_states.shape[0])
+        end = self.length + key_states.shape[2]
+        if end > self._k.shape[2]:  # grow geometrically so appends stay amortized O(1)
+            self.capacity = max(end, 2 * self._k.shape[2])
+            old_k, old_v = self._k[:, :, : self.length], self._v[:, :, : self.length]
+            self.reserve(old_k[0], old_v[0], old_k.shape[0])
+            self._k[:, :, : self.length], self._v[:, :, : self.length] = old_k, old_v
+        self._k[:, :, self.length : end] = key_states
+        self._v[:, :, self.length : end] = value_states
+        self.set_length(end)
+        return self.keys, self.values
+
+    def set_length(self, length: int) -> None:
+        """Mark the first `length` columns as filled (after writing them into the buffers)."""
+        self.length = length
+        self.keys, self.values = self._k[:, :, :length], self._v[:, :, :length]
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.is_initialized:
+            self._k, self._v = self._k[indices], self._v[indices]
+            self.set_length(self.length)
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove < 0 and self.is_initialized:
+            self.set_length(max(0, self.length + tokens_to_remove))
+
+    def reset(self) -> None:
+        self.keys = self.values = None
+        self.is_initialized, self.length = False, 0
+
+
+@dataclass
+class _Live:
+    """A batch being decoded: its KV cache, attention mask (1 = real column) and each row's next position."""
+
+    cache: Any
+    mask: torch.Tensor
+    pos: torch.Tensor
+
+
+class HFLM(ModelLM):
     """Batched, prefix-cached next-token logprobs for a transformers causal LM.
 
     Args:
@@ -64,28 +146,11 @@ class HFLM(AsyncLM):
 
     backend_name = "hf"
 
-    def __init__(self, model: Any = None, tokenizer: Any = None, *, prefill_step_size: int = 2048, loader: Any = None, **opts: Any) -> None:
-        if prefill_step_size < 1:
-            raise ValueError(f"`prefill_step_size` must be a positive integer, got {prefill_step_size!r}")
-        self.prefill_step_size = prefill_step_size
-        if loader is None:
-            if model is None or tokenizer is None:
-                raise ValueError("HFLM needs `model` and `tokenizer`, or use HFLM.from_name(path)")
-            loader = lambda: (model, tokenizer)  # noqa: E731
-        super().__init__(loader, **opts)
-
-    @classmethod
-    def from_name(cls, name: str, *, allow_download: bool = False, **opts: Any) -> HFLM:
-        """Load with ``from_pretrained`` (float32) on the worker thread; no hub access unless `allow_download`."""
-
-        def loader() -> tuple[Any, Any]:
-            if not allow_download and not Path(name).is_dir():
-                raise FileNotFoundError(f"no model directory at {name!r} (pass allow_download=True to fetch a hub repo)")
-            local = not allow_download
-            model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32, local_files_only=local)
-            return model, AutoTokenizer.from_pretrained(name, local_files_only=local)
-
-        return cls(loader=loader, **opts)
+    @staticmethod
+    def _load_pretrained(name: str, allow_download: bool) -> tuple[Any, Any]:
+        local = not allow_download
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32, local_files_only=local)
+        return model, AutoTokenizer.from_pretrained(name, local_files_only=local)
 
     def _setup(self, model: Any, tokenizer: Any) -> tuple[int, list[int], Any]:
         model.eval()
@@ -94,16 +159,74 @@ class HFLM(AsyncLM):
             eos = tokenizer.eos_token_id
         eos_ids = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
         vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        # Packing needs a kernel that honours a custom 4-D mask, and no sliding-window layers (it masks them all alike).
+        full_attention = all(type(layer) is DynamicLayer for layer in DynamicCache(config=model.config).layers)
+        self._can_pack = full_attention and model.config._attn_implementation in ("sdpa", "eager")
         return vocab_size, sorted(int(t) for t in eos_ids), tokenizer
 
     # ------------------------------------------------------------------ batched forward
 
     @torch.inference_mode()
     def _forward(self, jobs: list[Job]) -> list[tuple[np.ndarray, Any]]:
+        if self._packable(jobs):
+            return self._forward_packed(jobs)
+        logprobs, live, P, H = self._prefill(jobs, reserve=0)
+        heads = [len(j.tokens) - 1 - j.start for j in jobs]
+        handles = [self._slice_kv(live.cache, i, j, P, h, P + H) for i, (j, h) in enumerate(zip(jobs, heads))]
+        return [(logprobs[i].copy(), handles[i]) for i in range(len(jobs))]
+
+    def _packable(self, jobs: list[Job]) -> bool:
+        """Rows extending one shared cached chain, few enough tokens for one call: run them packed."""
+        first = jobs[0]
+        if not self._can_pack or len(jobs) < 2 or not first.chain:
+            return False
+        if sum(len(j.tokens) - j.start for j in jobs) > self.prefill_step_size:
+            return False
+        ids = [id(s.handle) for s in first.chain]
+        return all(j.start == first.start and [id(s.handle) for s in j.chain] == ids for j in jobs)
+
+    def _forward_packed(self, jobs: list[Job]) -> list[tuple[np.ndarray, Any]]:
+        """Rows sharing a cached prefix as ONE sequence: ``[prefix | row 0's suffix | row 1's suffix | ...]``.
+
+        The prefix's KV is loaded once instead of once per row. A 4-D mask lets
+        each suffix token see the prefix and the earlier tokens of its own row
+        only, and `position_ids` restart at the prefix length for every row, so
+        each row computes exactly what it would alone.
+        """
+        P = jobs[0].start
+        suffixes = [j.tokens[P:] for j in jobs]
+        row = torch.tensor([i for i, s in enumerate(suffixes) for _ in s])
+        pos = torch.tensor([P + k for s in suffixes for k in range(len(s))])
+        ends = torch.cumsum(torch.tensor([len(s) for s in suffixes]), 0)
+        Q = len(row)
+        visible = (row[:, None] == row[None, :]) & (pos[:, None] >= pos[None, :])
+        mask = torch.zeros(1, 1, Q, P + Q, dtype=self.model.dtype)
+        mask[0, 0, :, P:].masked_fill_(~visible, torch.finfo(self.model.dtype).min)
+        cache = self._past([jobs[0].chain], P, P + Q)
+        out = self.model(
+            input_ids=torch.tensor([[t for s in suffixes for t in s]]), attention_mask=mask, position_ids=pos.unsqueeze(0),
+            past_key_values=cache, use_cache=True, logits_to_keep=ends - 1,
+        )  # fmt: skip
+        logprobs = torch.log_softmax(out.logits[0].float(), dim=-1).numpy()
+        self.stats["padded_tokens"] += Q
+        self.stats["packed_rows"] += len(jobs)
+        result = []
+        for i, job in enumerate(jobs):
+            handle = None
+            if job.store_from is not None:  # this row's columns, after the prefix's when a full copy is asked for
+                cols = torch.arange(P + int(ends[i]) - len(suffixes[i]), P + int(ends[i]))
+                if job.store_from == 0:
+                    cols = torch.cat([torch.arange(P), cols])
+                handle = TorchKV([layer.keys[0][:, cols] for layer in cache.layers], [layer.values[0][:, cols] for layer in cache.layers])
+            result.append((logprobs[i].copy(), handle))
+        return result
+
+    def _prefill(self, jobs: list[Job], reserve: int) -> tuple[np.ndarray, _Live, int, int]:
+        """Run `jobs` (cached chains, then heads, then last tokens); keep `reserve` free columns for decoding."""
         starts = [j.start for j in jobs]
         heads = [list(j.tokens[j.start : -1]) for j in jobs]
         P, H = max(starts), max(len(h) for h in heads)
-        cache = self._past(jobs, P)
+        cache = self._past([j.chain for j in jobs], P, P + H + 1 + reserve)
         mask = torch.zeros(len(jobs), P + H + 1, dtype=torch.long)
         for i, (s, h) in enumerate(zip(starts, heads)):
             mask[i, P - s : P + len(h)] = 1
@@ -114,29 +237,38 @@ class HFLM(AsyncLM):
         for c0 in range(0, H, self.prefill_step_size):
             c1 = min(H, c0 + self.prefill_step_size)
             decoder(input_ids=ids[:, c0:c1], attention_mask=mask[:, : P + c1], position_ids=pos[:, c0:c1], past_key_values=cache, use_cache=True)
-        last = torch.tensor([[j.tokens[-1]] for j in jobs])
-        last_pos = torch.tensor([[len(j.tokens) - 1] for j in jobs])
-        out = self.model(input_ids=last, attention_mask=mask, position_ids=last_pos, past_key_values=cache, use_cache=True)
-        logprobs = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1).numpy()
+        live = _Live(cache, mask, torch.tensor([len(j.tokens) - 1 for j in jobs]))
+        logprobs = self._step(live, [j.tokens[-1] for j in jobs])
         self.stats["padded_tokens"] += len(jobs) * (H + 1)
-        handles = [self._slice_kv(cache, i, j, P, len(h), P + H) for i, (j, h) in enumerate(zip(jobs, heads))]
-        return [(logprobs[i].copy(), handles[i]) for i in range(len(jobs))]
+        return logprobs, live, P, H
 
-    def _past(self, jobs: list[Job], P: int) -> Any:
-        """A DynamicCache with every row's cached chain, left-padded to `P` columns."""
+    def _step(self, live: _Live, tokens: list[int]) -> np.ndarray:
+        """One token per row at the mask's last column (already added for the prefill's last token)."""
+        ids = torch.tensor(tokens, dtype=torch.long).unsqueeze(1)
+        out = self.model(input_ids=ids, attention_mask=live.mask, position_ids=live.pos.unsqueeze(1), past_key_values=live.cache, use_cache=True)
+        live.pos = live.pos + 1
+        return torch.log_softmax(out.logits[:, -1, :].float(), dim=-1).numpy()
+
+    def _new_cache(self, capacity: int) -> Any:
+        """A `DynamicCache` whose full-attention layers append into buffers of `capacity` columns."""
         cache = DynamicCache(config=self.model.config)
+        cache.layers = [BufferLayer(capacity) if type(layer) is DynamicLayer else layer for layer in cache.layers]
+        return cache
+
+    def _past(self, chains: list[list[KVSegment]], P: int, capacity: int) -> Any:
+        """A cache with every row's chain, left-padded to `P` columns, copied segment by segment (no concat)."""
+        cache = self._new_cache(capacity)
         if P == 0:
             return cache
-        ref = next(j.chain[0].handle for j in jobs if j.chain)
-        for layer in range(len(ref.keys)):
-            k0, v0 = ref.keys[layer], ref.values[layer]
-            keys = k0.new_zeros((len(jobs), k0.shape[0], P, k0.shape[2]))
-            values = v0.new_zeros((len(jobs), v0.shape[0], P, v0.shape[2]))
-            for i, job in enumerate(jobs):
-                if job.chain:
-                    keys[i, :, P - job.start :] = torch.cat([s.handle.keys[layer] for s in job.chain], dim=1)
-                    values[i, :, P - job.start :] = torch.cat([s.handle.values[layer] for s in job.chain], dim=1)
-            cache.update(keys, values, layer)
+        ref = next(c[0].handle for c in chains if c)
+        for layer_idx, layer in enumerate(cache.layers):
+            keys, values = layer.reserve(ref.keys[layer_idx], ref.values[layer_idx], len(chains))
+            for row, chain in enumerate(chains):
+                pad = P - (chain[-1].end if chain else 0)
+                for seg in chain:
+                    keys[row, :, pad + seg.start : pad + seg.end] = seg.handle.keys[layer_idx]
+                    values[row, :, pad + seg.start : pad + seg.end] = seg.handle.values[layer_idx]
+            layer.set_length(P)
         return cache
 
     def _slice_kv(self, cache: Any, row: int, job: Job, P: int, head: int, last_col: int) -> TorchKV | None:
@@ -149,3 +281,40 @@ class HFLM(AsyncLM):
             keys.append(torch.cat([layer.keys[row, :, lo : P + head], layer.keys[row, :, last_col : last_col + 1]], dim=1))
             values.append(torch.cat([layer.values[row, :, lo : P + head], layer.values[row, :, last_col : last_col + 1]], dim=1))
         return TorchKV(keys, values)
+
+    # ------------------------------------------------------------------ live decoding
+
+    @torch.inference_mode()
+    def _live_start(self, prompts: list[Prompt], max_tokens: int) -> tuple[_Live, np.ndarray]:
+        """A live batch holding every prompt's KV, and each prompt's next-token logprobs.
+
+        With prefix caching the prompts run through the trie (shared prompts
+        prefill once) and their stored chains are copied into one left-padded
+        buffer; otherwise they are prefilled here, batched.
+        """
+        if self.prefix_caching:
+            first = self._run_prompts(prompts)
+            chains = [self.trie.kv_chain(p) for p in prompts]
+            if all(c and c[-1].end == len(p) for c, p in zip(chains, prompts)):
+                P = max(len(p) for p in prompts)
+                mask = torch.zeros(len(prompts), P, dtype=torch.long)
+                for i, p in enumerate(prompts):
+                    mask[i, P - len(p) :] = 1
+                live = _Live(self._past(chains, P, P + max_tokens), mask, torch.tensor([len(p) for p in prompts]))
+                return live, np.stack(first)
+        jobs = [Job(p, [], 0, None) for p in prompts]
+        logprobs, live, _, _ = self._prefill(jobs, reserve=max_tokens)
+        self.stats["model_tokens"] += sum(len(p) for p in prompts)
+        self.stats["forward_calls"] += 1
+        return live, logprobs
+
+    @torch.inference_mode()
+    def _live_step(self, live: _Live, tokens: list[int]) -> np.ndarray:
+        self._count_step(len(tokens))
+        live.mask = torch.cat([live.mask, live.mask.new_ones((live.mask.shape[0], 1))], dim=1)
+        return self._step(live, tokens)
+
+    def _live_keep(self, live: _Live, rows: list[int]) -> _Live:
+        idx = torch.tensor(rows, dtype=torch.long)
+        live.cache.batch_select_indices(idx)
+        return _Live(live.cache, live.mask[idx], live.pos[idx])

@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from backends.base import AsyncLM, Job, Prompt, sample_token
+from backends.base import Job, ModelLM, Prompt
 from constrained.errors import BackendUnavailableError
 
 try:
@@ -50,7 +49,7 @@ class MLXKV:
         self.nbytes = sum(int(k.nbytes) + int(v.nbytes) for k, v in zip(self.keys, self.values))
 
 
-class MLXLM(AsyncLM):
+class MLXLM(ModelLM):
     """Batched, prefix-cached next-token logprobs for any mlx-lm model.
 
     Args:
@@ -68,33 +67,11 @@ class MLXLM(AsyncLM):
 
     backend_name = "mlx"
 
-    def __init__(self, model: Any = None, tokenizer: Any = None, *, prefill_step_size: int = 2048, loader: Any = None, **opts: Any) -> None:
-        if prefill_step_size < 1:
-            raise ValueError(f"`prefill_step_size` must be a positive integer, got {prefill_step_size!r}")
-        self.prefill_step_size = prefill_step_size
-        if loader is None:
-            if model is None or tokenizer is None:
-                raise ValueError("MLXLM needs `model` and `tokenizer`, or use MLXLM.from_name(path)")
-            loader = lambda: (model, tokenizer)  # noqa: E731
-        super().__init__(loader, **opts)
+    @staticmethod
+    def _load_pretrained(name: str, allow_download: bool) -> tuple[Any, Any]:
+        import mlx_lm
 
-    @classmethod
-    def from_name(cls, name: str, *, allow_download: bool = False, **opts: Any) -> MLXLM:
-        """Load with ``mlx_lm.load`` on the worker thread; `ensure_loaded()` surfaces failures.
-
-        Args:
-            name: a local model directory; a hub repo id only if `allow_download`.
-            allow_download: permit mlx-lm to fetch `name` from the Hugging Face hub.
-        """
-
-        def loader() -> tuple[Any, Any]:
-            import mlx_lm
-
-            if not allow_download and not Path(name).is_dir():
-                raise FileNotFoundError(f"no model directory at {name!r} (pass allow_download=True to fetch a hub repo)")
-            return mlx_lm.load(str(name))
-
-        return cls(loader=loader, **opts)
+        return mlx_lm.load(name)
 
     @property
     def peak_memory_bytes(self) -> int:
@@ -164,43 +141,24 @@ class MLXLM(AsyncLM):
             values.append(mx.contiguous(v[row : row + 1, :, begin:end]))
         return MLXKV(keys, values)
 
-    # ------------------------------------------------------------------ sampling
+    # ------------------------------------------------------------------ live decoding
 
-    def _sample_rows(
-        self, prompts: list[Prompt], max_tokens: int, eos: set[int], temperature: float, seed: int | None
-    ) -> list[list[int]]:
-        """Prefill (through the trie: shared prompts run once), then decode on a live batch cache."""
-        if max_tokens <= 0 or not prompts:
-            return [[] for _ in prompts]
-        rngs = [np.random.default_rng(None if seed is None else [seed, i]) for i in range(len(prompts))]
-        cache, first = self._live_batch(prompts)
-        outs: list[list[int]] = [[] for _ in prompts]
-        active, lps = list(range(len(prompts))), first
-        for step in range(max_tokens):
-            keep = []
-            for row, i in enumerate(active):
-                tok = sample_token(lps[row], temperature, rngs[i])
-                if tok not in eos:
-                    outs[i].append(tok)
-                    keep.append(row)
-            if len(keep) < len(active):
-                active = [active[r] for r in keep]
-                for c in cache:
-                    c.filter(mx.array(keep, dtype=mx.int32))
-            if not active or step == max_tokens - 1:
-                break
-            lps = np.array(self._step(mx.array([[outs[i][-1]] for i in active]), cache), dtype=np.float32)
-            self.stats["model_tokens"] += len(active)
-            self.stats["forward_calls"] += 1
-        return outs
+    def _live_start(self, prompts: list[Prompt], max_tokens: int) -> tuple[Any, np.ndarray]:
+        """A batch cache holding every prompt, and each prompt's next-token logprobs.
 
-    def _live_batch(self, prompts: list[Prompt]) -> tuple[list[Any], np.ndarray]:
-        """A batch cache holding every prompt, and each prompt's next-token logprobs."""
+        The prompts run through the trie (shared prompts prefill once); their
+        stored chains are then merged into one left-padded `BatchKVCache`.
+        """
         if self.prefix_caching:
             first = self._run_prompts(prompts)
             chains = [self.trie.kv_chain(p) for p in prompts]
             if all(c and c[-1].end == len(p) for c, p in zip(chains, prompts)):
-                batch = PromptProcessingBatch(self.model, list(range(len(prompts))), [self._cache_for(c) for c in chains])
+                concat: dict[Prompt, list[Any]] = {}  # identical prompts concatenate their chain once
+                for p, c in zip(prompts, chains):
+                    if p not in concat:
+                        concat[p] = self._cache_for(c)
+                caches = [concat[p] for p in prompts]
+                batch = PromptProcessingBatch(self.model, list(range(len(prompts))), caches)
                 return batch.prompt_cache, np.stack(first)
         # No reusable KV (caching off, or evicted): prefill the prompts here, batched.
         batch = PromptProcessingBatch(self.model, list(range(len(prompts))), [make_prompt_cache(self.model) for _ in prompts])
@@ -210,3 +168,12 @@ class MLXLM(AsyncLM):
         self.stats["model_tokens"] += sum(len(p) for p in prompts)
         self.stats["forward_calls"] += 1
         return batch.prompt_cache, np.array(first, dtype=np.float32)
+
+    def _live_step(self, live: Any, tokens: list[int]) -> np.ndarray:
+        self._count_step(len(tokens))
+        return np.array(self._step(mx.array([[t] for t in tokens]), live), dtype=np.float32)
+
+    def _live_keep(self, live: Any, rows: list[int]) -> Any:
+        for c in live:
+            c.filter(mx.array(rows, dtype=mx.int32))
+        return live

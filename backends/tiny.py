@@ -104,6 +104,7 @@ def tiny_model_dir(
     cache_dir: str | os.PathLike[str] | None = None,
     seed: int = 0,
     pad_vocab_to: int | None = None,
+    config: dict[str, Any] | None = None,
 ) -> Path:
     """Build (once) and return a directory holding a tiny random-init `arch` model with the `vocab` tokenizer.
 
@@ -114,6 +115,7 @@ def tiny_model_dir(
         seed: torch seed for the random weights.
         pad_vocab_to: make the embedding matrix this many rows (>= the
             tokenizer's size), as real checkpoints often do; ``None`` = exact.
+        config: overrides of `TINY_CONFIG` (e.g. more layers for benchmarks).
 
     Returns:
         The directory, loadable by ``mlx_lm.load`` and by transformers.
@@ -127,7 +129,8 @@ def tiny_model_dir(
         raise ValueError(f"unknown tiny architecture {arch!r}; expected one of {sorted(ARCH_VOCABS)}")
     if vocab not in ARCH_VOCABS[arch]:
         raise ValueError(f"vocabulary {vocab!r} does not pair with arch {arch!r}; expected one of {ARCH_VOCABS[arch]}")
-    key = json.dumps([_RECIPE_VERSION, arch, vocab, seed, pad_vocab_to, TINY_CONFIG], sort_keys=True)
+    shape = {**TINY_CONFIG, **(config or {})}
+    key = json.dumps([_RECIPE_VERSION, arch, vocab, seed, pad_vocab_to, shape], sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     parent = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     final = parent / f"{arch}-{vocab}-{digest}"
@@ -136,7 +139,7 @@ def tiny_model_dir(
     parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=parent))
     try:
-        _build_dir(tmp, arch, vocab, seed, pad_vocab_to)
+        _build_dir(tmp, arch, vocab, seed, pad_vocab_to, shape)
         try:
             os.rename(tmp, final)  # atomic: readers see a complete dir or none
         except OSError:
@@ -208,12 +211,12 @@ def _mlx_config_dict(cfg: Any) -> dict[str, Any]:
     return d
 
 
-def _build_dir(out: Path, arch: str, vocab: str, seed: int, pad_vocab_to: int | None) -> None:
+def _build_dir(out: Path, arch: str, vocab: str, seed: int, pad_vocab_to: int | None, shape: dict[str, Any]) -> None:
     tokenizer = _save_tokenizer(vocab, out)
     n_tokens = len(tokenizer)
     if pad_vocab_to is not None and pad_vocab_to < n_tokens:
         raise ValueError(f"pad_vocab_to must be >= the tokenizer size {n_tokens}, got {pad_vocab_to}")
-    cfg = tiny_config(arch, pad_vocab_to or n_tokens)
+    cfg = tiny_config(arch, pad_vocab_to or n_tokens, **shape)
     cfg.bos_token_id = tokenizer.bos_token_id
     cfg.eos_token_id = tokenizer.eos_token_id
     model = _random_torch_model(cfg, seed)
@@ -223,9 +226,9 @@ def _build_dir(out: Path, arch: str, vocab: str, seed: int, pad_vocab_to: int | 
     # mlx-lm reads a top-level rope_theta; transformers 5 accepts it as the legacy spelling.
     config_path = out / "config.json"
     config = json.loads(config_path.read_text())
-    config["rope_theta"] = TINY_CONFIG["rope_theta"]
+    config["rope_theta"] = shape["rope_theta"]
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True))
-    _write_readme(out, arch, vocab, seed, n_tokens, cfg.vocab_size)
+    _write_readme(out, arch, vocab, seed, n_tokens, cfg.vocab_size, shape)
 
 
 def _save_tokenizer(vocab: str, out: Path) -> Any:
@@ -264,13 +267,13 @@ def _train_byte_bpe() -> Any:
     return tok
 
 
-def _write_readme(out: Path, arch: str, vocab: str, seed: int, n_tokens: int, vocab_size: int) -> None:
+def _write_readme(out: Path, arch: str, vocab: str, seed: int, n_tokens: int, vocab_size: int, shape: dict[str, Any]) -> None:
     out.joinpath("README.md").write_text(
         f"# Tiny random {arch} model ({vocab} vocabulary)\n\n"
         "**The weights are random** (torch seed "
         f"{seed}). This model knows nothing; it exists so tests and benchmarks can run\n"
         "the same weights through mlx-lm and transformers.\n\n"
-        f"- architecture: {arch}, float32, {json.dumps(TINY_CONFIG)}\n"
+        f"- architecture: {arch}, float32, {json.dumps(shape)}\n"
         f"- tokenizer: {vocab} ({n_tokens} tokens); embedding rows: {vocab_size}\n"
         "- built by `backends.tiny.tiny_model_dir`\n"
     )

@@ -82,7 +82,11 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("cache", help="prefix-trie reuse (bench/bench_cache.py)")
     c.add_argument("--backends", nargs="+", default=["mlx", "hf"], choices=["mlx", "hf"])
     c.add_argument("--vocabs", nargs="+", default=["byte-bpe", "llama-spm"])
+    c.add_argument("--shapes", nargs="+", default=["tiny", "deep"], choices=["tiny", "deep"],
+                   help="model shapes: tiny (2x64, the test model), deep (8x128: layers dominate like real models)")
     c.add_argument("--reps", type=int, default=5)
+    c.add_argument("--torch-threads", type=int, default=None,
+                   help="torch.set_num_threads for the HF runs (a busy shared machine stalls torch's thread barriers)")
     c.add_argument("--jsonl")
     c.set_defaults(run=_run_cache)
 

@@ -1,20 +1,26 @@
 """Prefix-cache and batching benchmarks for the MLX and HF backends (one JSON line per case).
 
-Cases, on a tiny random llama with a real vocabulary (ratios matter, not absolute times):
+Cases, on random llamas with real vocabularies (ratios matter, not absolute times):
 
 - ``shared_prompt``: n=16 requests ``prompt + [t_i]`` sharing a 512-token
-  prompt, with the trie vs without (``prefix_caching=False``), as a ratio to
-  the cost of prefilling the prompt once. Target: with the trie <= 1.3x.
+  prompt, concurrently through the async batcher, with the trie vs without
+  (``prefix_caching=False``), as a ratio to the cost of prefilling the prompt
+  once. Target: with the trie <= 1.3x (``target_met``).
 - ``sample_n16``: ``batch_sample`` of 16 continuations (16 tokens each) of
-  that prompt, as a ratio to one prefill.
+  that prompt, with the trie vs without, as a ratio to one prefill.
 - ``throughput``: 8 distinct 128-token prompts, one at a time vs batch sizes 1/4/8.
-- bytes held by the trie after each case.
+- bytes held by the trie after the shared-prompt case; MLX's peak memory.
 
-With a 32k vocabulary and a 64-wide model, each next-token distribution's
-logits row (64 x 32000 MACs) costs as much as ~25 prompt tokens, so n rows of
-logits dominate; the "byte-bpe" (460 tokens) runs show the cache's own overhead.
+Model shapes (``--shapes``): "tiny" (64 wide, 2 layers: the test model) and
+"deep" (128 wide, 8 layers). With a 32k vocabulary the tiny model's logits
+row costs as much as ~27 prompt tokens, so n=16 extra rows are a floor of
+~1.34x before any overhead; real models spend most of a token in their
+layers (an lm_head row is ~0.02-0.4 of a token's cost for 0.1-8B models).
+Each setup line prints ``lm_head_row_in_tokens`` and ``flop_estimate``, the
+shared-prompt ratio that counting multiply-adds predicts, next to what is measured.
 
-Run: ``python -m bench.bench_cache [--backends mlx hf] [--vocabs byte-bpe llama-spm] [--reps 3]``
+Run: ``python -m bench.bench_cache [--backends mlx hf] [--vocabs byte-bpe llama-spm] [--shapes tiny deep] [--reps 5]
+[--torch-threads 1]``
 """
 
 from __future__ import annotations
@@ -28,9 +34,19 @@ from typing import Any
 
 import numpy as np
 
+N, PROMPT_TOKENS, SAMPLE_TOKENS, TARGET = 16, 512, 16, 1.3
 
-def _interleaved(fns: dict[str, Callable[[], Any]], reps: int) -> dict[str, float]:
+# TINY_CONFIG overrides per shape; "deep" keeps MLX's slow CPU BLAS under ~1 s per prefill.
+SHAPES: dict[str, dict[str, Any]] = {
+    "tiny": {},
+    "deep": {"hidden_size": 128, "num_hidden_layers": 8, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 512},
+}
+
+
+def _interleaved(fns: dict[str, Callable[[], Any]], reps: int, warm: bool = True) -> dict[str, float]:
     """Best-of-`reps` wall time per variant, variants interleaved so machine load hits all alike."""
+    for fn in fns.values() if warm else ():  # warm-up: first calls pay for lazy init and allocator growth
+        fn()
     best = {k: float("inf") for k in fns}
     for _ in range(reps):
         for name, fn in fns.items():
@@ -57,7 +73,27 @@ def _emit(**row: Any) -> None:
     print(json.dumps(row), flush=True)
 
 
-def bench_shared_prompt(kind: str, model_dir: str, prompt: list[int], reps: int, n: int = 16) -> None:
+def flop_model(cfg: dict[str, Any], n: int = N, prompt: int = PROMPT_TOKENS) -> dict[str, float]:
+    """Multiply-accumulates of the shared-prompt case, from the config alone.
+
+    Example:
+        >>> cfg = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        ...        "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 32000}
+        >>> round(flop_model(cfg)["lm_head_row_in_tokens"], 1)
+        27.8
+    """
+    h, layers, inter, vocab = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["intermediate_size"], cfg["vocab_size"]
+    hd = h // cfg["num_attention_heads"]
+    q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
+    per_token = layers * (h * q + 2 * h * kv + q * h + 3 * h * inter)  # projections + SwiGLU MLP
+    attn = lambda ctx: layers * 2 * q * ctx  # noqa: E731 - QK^T and AV for one query over `ctx` keys
+    # full-square prefill attention: masked kernels compute every (query, key) pair
+    prefill = prompt * (per_token + attn(prompt)) + h * vocab  # plus one logits row
+    extra = n * (per_token + attn(prompt + 1) + h * vocab)
+    return {"lm_head_row_in_tokens": h * vocab / per_token, "flop_estimate": (prefill + extra) / prefill}
+
+
+def bench_shared_prompt(kind: str, model_dir: str, prompt: list[int], reps: int, n: int = N) -> None:
     reqs = [prompt + [100 + i] for i in range(n)]
     lm = _make(kind, model_dir, batch_size=n, timeout=0.01)
     plain = _make(kind, model_dir, batch_size=n, timeout=0.01, prefix_caching=False)
@@ -68,25 +104,26 @@ def bench_shared_prompt(kind: str, model_dir: str, prompt: list[int], reps: int,
 
         asyncio.run(main())
 
-    def cold(backend: Any, fn: Callable[[], Any]) -> Callable[[], Any]:
-        return lambda: (backend.clear_cache(), fn())
+    def sample(backend: Any) -> Callable[[], Any]:
+        return lambda: backend.batch_sample_sync([prompt] * n, SAMPLE_TOKENS, [], seed=0)
 
-    t = _interleaved(
-        {
-            "prefill_one": cold(lm, lambda: lm.next_token_logprobs_sync(prompt)),
-            "trie": cold(lm, concurrent),
-            "no_trie": cold(plain, lambda: plain.batch_next_token_logprobs_sync(reqs)),
-            "sample": cold(lm, lambda: lm.batch_sample_sync([prompt] * n, 16, [], seed=0)),
-        },
-        reps,
-    )
-    tokens = {}
-    for name, backend, fn in [("trie", lm, concurrent), ("no_trie", plain, lambda: plain.batch_next_token_logprobs_sync(reqs)),
-                              ("sample", lm, lambda: lm.batch_sample_sync([prompt] * n, 16, [], seed=0))]:  # fmt: skip
+    cases = {
+        "prefill_one": (lm, lambda: lm.next_token_logprobs_sync(prompt)),
+        "trie": (lm, concurrent),
+        "no_trie": (plain, lambda: plain.batch_next_token_logprobs_sync(reqs)),
+        "sample": (lm, sample(lm)),
+        "sample_no_trie": (plain, sample(plain)),
+    }
+    cold = {name: (lambda b=b, f=f: (b.clear_cache(), f())) for name, (b, f) in cases.items()}
+    # The no-trie baselines cost ~n prefills each: one timed run is plenty (and keeps MLX's slow BLAS bearable).
+    slow = {k: cold.pop(k) for k in ("no_trie", "sample_no_trie")}
+    t = _interleaved(cold, reps) | _interleaved(slow, 1, warm=False)
+    tokens, calls = {}, {}
+    for name, (backend, fn) in cases.items():  # one more run each, counting the model's work
         backend.clear_cache()
         backend.stats.clear()
         fn()
-        tokens[name] = backend.stats["model_tokens"]
+        tokens[name], calls[name] = backend.stats["model_tokens"], backend.stats["forward_calls"]
     lm.clear_cache()
     concurrent()
     held = lm.trie.nbytes
@@ -96,12 +133,16 @@ def bench_shared_prompt(kind: str, model_dir: str, prompt: list[int], reps: int,
     _emit(
         case="shared_prompt", backend=kind, n=n, prompt_tokens=len(prompt),
         trie_over_prefill=round(t["trie"] / one, 3), no_trie_over_prefill=round(t["no_trie"] / one, 3),
+        target=TARGET, target_met=t["trie"] / one <= TARGET,
         prefill_one_s=round(one, 5), trie_s=round(t["trie"], 5), no_trie_s=round(t["no_trie"], 5),
-        model_tokens_trie=tokens["trie"], model_tokens_no_trie=tokens["no_trie"], trie_bytes=held,
+        model_tokens_trie=tokens["trie"], model_tokens_no_trie=tokens["no_trie"],
+        forward_calls_trie=calls["trie"], trie_bytes=held,
     )  # fmt: skip
     _emit(
-        case="sample_n16", backend=kind, n=n, max_tokens=16, prompt_tokens=len(prompt),
-        sample_over_prefill=round(t["sample"] / one, 3), sample_s=round(t["sample"], 5), model_tokens=tokens["sample"],
+        case="sample_n16", backend=kind, n=n, max_tokens=SAMPLE_TOKENS, prompt_tokens=len(prompt),
+        sample_over_prefill=round(t["sample"] / one, 3), sample_no_trie_over_prefill=round(t["sample_no_trie"] / one, 3),
+        sample_s=round(t["sample"], 5), model_tokens=tokens["sample"], model_tokens_no_trie=tokens["sample_no_trie"],
+        forward_calls=calls["sample"],
     )  # fmt: skip
 
 
@@ -133,25 +174,51 @@ def bench_throughput(kind: str, model_dir: str, prompts: list[list[int]], reps: 
         )  # fmt: skip
 
 
+def run(backends: list[str], vocabs: list[str], shapes: list[str], reps: int, torch_threads: int | None = None) -> None:
+    """Every case for each shape x vocabulary x backend (the prompts are seeded, so runs compare).
+
+    `torch_threads` pins torch's intra-op threads: on a small shared machine,
+    a busy neighbour stalls torch's thread barriers, which costs small calls
+    (one token per row) far more than a prefill and skews the ratios.
+    """
+    from backends.tiny import tiny_model_dir
+
+    if torch_threads is not None and "hf" in backends:
+        import torch
+
+        torch.set_num_threads(torch_threads)
+
+    for shape in shapes:
+        for vocab in vocabs:
+            model_dir = str(tiny_model_dir("llama", vocab, config=SHAPES[shape]))
+            cfg = json.load(open(f"{model_dir}/config.json"))
+            rng = np.random.default_rng(0)
+            prompt = rng.integers(3, cfg["vocab_size"] - 200, size=PROMPT_TOKENS).tolist()
+            prompts = [rng.integers(3, cfg["vocab_size"], size=128).tolist() for _ in range(8)]
+            flops = {k: round(v, 3) for k, v in flop_model(cfg).items()}
+            for kind in backends:
+                threads = _torch_threads() if kind == "hf" else None
+                _emit(case="setup", backend=kind, shape=shape, vocab=vocab, vocab_size=cfg["vocab_size"],
+                      hidden_size=cfg["hidden_size"], layers=cfg["num_hidden_layers"], torch_threads=threads, **flops)  # fmt: skip
+                bench_shared_prompt(kind, model_dir, prompt, reps)
+                bench_throughput(kind, model_dir, prompts, reps)
+
+
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--backends", nargs="+", default=["mlx", "hf"], choices=["mlx", "hf"])
     parser.add_argument("--vocabs", nargs="+", default=["byte-bpe", "llama-spm"])
+    parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--torch-threads", type=int, default=None, help="torch.set_num_threads for the HF runs (default: torch's)")
     args = parser.parse_args()
-
-    from backends.tiny import tiny_model_dir
-
-    for vocab in args.vocabs:
-        model_dir = str(tiny_model_dir("llama", vocab))
-        n_vocab = json.load(open(f"{model_dir}/config.json"))["vocab_size"]
-        rng = np.random.default_rng(0)
-        prompt = rng.integers(3, n_vocab - 200, size=512).tolist()
-        prompts = [rng.integers(3, n_vocab, size=128).tolist() for _ in range(8)]
-        for kind in args.backends:
-            _emit(case="setup", backend=kind, vocab=vocab, vocab_size=n_vocab)
-            bench_shared_prompt(kind, model_dir, prompt, args.reps)
-            bench_throughput(kind, model_dir, prompts, args.reps)
+    run(args.backends, args.vocabs, args.shapes, args.reps, args.torch_threads)
 
 
 if __name__ == "__main__":

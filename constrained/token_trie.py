@@ -113,6 +113,7 @@ class TokenTrie:
         self._nbytes = 0
         self.n_nodes = 0
         self.evictions = 0
+        self._last_path: tuple[tuple[int, ...], TrieNode] | None = None
 
     # ------------------------------------------------------------------ lookup
 
@@ -222,6 +223,11 @@ class TokenTrie:
         self._path(tokens).states[key] = state
 
     def _path(self, tokens: Sequence[int]) -> TrieNode:
+        # A backend stores a row's logprobs and then its KV under the same tuple:
+        # reuse the node the first call walked to, if it is still in the trie.
+        last = self._last_path
+        if last is not None and last[0] is tokens and last[1].parent is not None and last[1].parent.children.get(last[1].token) is last[1]:
+            return last[1]
         node = self.root
         for tok in tokens:
             nxt = node.children.get(tok)
@@ -229,6 +235,8 @@ class TokenTrie:
                 nxt = node.children[tok] = TrieNode(tok, node, node.depth + 1)
                 self.n_nodes += 1
             node = nxt
+        if type(tokens) is tuple:  # immutable, so identity means same tokens
+            self._last_path = (tokens, node)
         return node
 
     # ------------------------------------------------------------------ eviction
@@ -239,6 +247,7 @@ class TokenTrie:
         self._lru.clear()
         self._nbytes = 0
         self.n_nodes = 0
+        self._last_path = None
 
     def clear_kv(self) -> None:
         """Drop every KV segment, keeping logprobs and FSM states."""

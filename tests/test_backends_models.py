@@ -119,11 +119,72 @@ def test_sampling_paths_agree(model_dir, tokenizer) -> None:
     prompt = tokenizer.encode('{"name": ')
     with make_backend("mlx", model_dir) as mlx_lm, make_backend("hf", model_dir) as hf_lm:
         fast = mlx_lm.batch_sample_sync([prompt] * 4, 12, [], temperature=1.0, seed=3)  # live batch cache
-        slow = hf_lm.batch_sample_sync([prompt] * 4, 12, [], temperature=1.0, seed=3)  # step-by-step via the trie
-        assert mlx_lm.stats["model_tokens"] == len(prompt) + 4 * 11  # prompt prefilled once
+        slow = hf_lm.batch_sample_sync([prompt] * 4, 12, [], temperature=1.0, seed=3)
+        for lm in (mlx_lm, hf_lm):  # prompt prefilled once, then one model call per step for all rows
+            assert lm.stats["model_tokens"] == len(prompt) + 4 * 11
+            assert lm.stats["forward_calls"] == 1 + 11
     with make_backend("mlx", model_dir, prefix_caching=False) as uncached:  # prefilled in the sampler
         plain = uncached.batch_sample_sync([prompt] * 4, 12, [], temperature=1.0, seed=3)
     assert fast == slow == plain and all(len(r) == 12 for r in fast) and len({tuple(r) for r in fast}) > 1
+
+
+@pytest.mark.parametrize("max_segments", [8, 1])  # 1: rows store full copies (prefix + own columns)
+def test_rows_sharing_a_cached_prefix_run_packed(max_segments: int, model_dir, tokenizer) -> None:
+    prefix = tokenizer.encode('{"name": "Ada", "tags": [')
+    rows = [prefix + tokenizer.encode(t) for t in ['"a"]', '"bc", "d", "e"', "1"]]
+    deeper = [r + [7, 8] for r in rows]  # then extend each row from the KV its packed run stored
+    with make_backend("hf", model_dir, max_segments=max_segments) as lm:
+        lm.next_token_logprobs_sync(prefix)
+        got = lm.batch_next_token_logprobs_sync(rows) + lm.batch_next_token_logprobs_sync(deeper)
+        assert lm.stats["packed_rows"] == 3 and lm.stats["kv_reused_tokens"] == 3 * len(prefix) + sum(map(len, rows))
+    for a, b in zip(got, reference("hf", model_dir, rows + deeper)):
+        assert np.abs(a - b).max() < SAME
+
+
+def step_by_step(lm):
+    """Route `lm`'s sampler through AsyncLM's default hooks: one trie lookup per token, no live cache."""
+    from backends.base import AsyncLM
+
+    for hook in ("_live_start", "_live_step", "_live_keep"):
+        setattr(lm, hook, getattr(AsyncLM, hook).__get__(lm))
+    return lm
+
+
+@pytest.mark.parametrize("kind", ["mlx", "hf"])
+@pytest.mark.parametrize("caching", [True, False])
+def test_live_sampling_matches_step_by_step(kind: str, caching: bool, model_dir, tokenizer) -> None:
+    # unequal lengths (left padding in the live batch), a repeated prompt, and an EOS that stops rows early
+    ps = [tokenizer.encode(t) for t in ['{"name": ', "The quick brown", '{"name": ', "x"]]
+    with make_backend(kind, model_dir, prefix_caching=caching) as lm, step_by_step(make_backend(kind, model_dir)) as ref:
+        free = lm.batch_sample_sync(ps, 10, [], seed=11)
+        eos = [free[0][2], free[3][5]]
+        got = lm.batch_sample_sync(ps, 10, eos, seed=11)
+        want = ref.batch_sample_sync(ps, 10, eos, seed=11)
+    assert got == want
+    assert len(got[0]) == 2 and len(got[3]) <= 5 and any(len(r) == 10 for r in got)
+
+
+def test_concurrent_loads_get_the_same_weights(model_dir) -> None:
+    # from_pretrained on two worker threads at once used to leave one model's tied lm_head uninitialized
+    with make_backend("hf", model_dir) as a, make_backend("hf", model_dir) as b, make_backend("mlx", model_dir) as c:
+        x, y, z = (lm.next_token_logprobs_sync([5, 6, 7]) for lm in (a, b, c))
+    assert np.abs(x - y).max() == 0 and np.abs(x - z).max() < ATOL
+
+
+def test_buffer_layer_appends_like_torch_cat() -> None:
+    import torch
+
+    from backends.hf import BufferLayer
+
+    layer, gen = BufferLayer(capacity=2), torch.Generator().manual_seed(0)
+    parts = [torch.randn(3, 2, n, 4, generator=gen) for n in (3, 1, 5)]  # the first already overflows: grows twice
+    for i in range(len(parts)):
+        k, v = layer.update(parts[i], -parts[i])
+        want = torch.cat(parts[: i + 1], dim=2)
+        assert torch.equal(k, want) and torch.equal(v, -want) and layer.get_seq_length() == want.shape[2]
+    layer.batch_select_indices(torch.tensor([2, 0]))
+    layer.crop(-4)
+    assert torch.equal(layer.keys, want[[2, 0], :, :5]) and layer.get_seq_length() == 5
 
 
 def test_padded_vocab_logprobs_have_model_width(tmp_path) -> None:

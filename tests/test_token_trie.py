@@ -148,3 +148,14 @@ def test_random_operations_keep_every_chain_complete() -> None:
 def test_negative_budget_is_rejected() -> None:
     with pytest.raises(ValueError, match="got -1"):
         TokenTrie(max_bytes=-1)
+
+
+def test_put_after_the_node_was_evicted_reattaches_it() -> None:
+    # put_kv right after put_logprobs reuses the walked node; here the logprobs
+    # alone blow the budget, so that node is pruned and must not be reused.
+    trie = TokenTrie(max_bytes=64)
+    tokens = (1, 2, 3)
+    trie.put_logprobs(tokens, np.zeros(100, np.float32))
+    assert trie.find(tokens) is None and trie.nbytes == 0
+    trie.put_kv(tokens, FakeKV((1, 2, 3)), 0)
+    assert [(s.start, s.end) for s in trie.longest_kv(tokens)] == [(0, 3)] and trie.nbytes == FakeKV((1, 2, 3)).nbytes
