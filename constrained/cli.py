@@ -51,6 +51,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         yes
         0
     """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:
+        return _bench(argv[1:])
     try:
         args = _parser().parse_args(argv)
         if args.command is None:
@@ -67,9 +70,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
+def _bench(argv: list[str]) -> int:
+    """`constrained bench SUITE ...`: the benchmark suites of a source checkout (`python -m bench`)."""
+    try:
+        from bench.__main__ import main as bench_main
+    except ImportError:
+        print("constrained: error: the benchmarks live in the repository's bench/ directory; "
+              "run `python -m bench` from a checkout of constrained", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return bench_main(argv)
+    except SystemExit as e:                     # argparse's own usage errors (already printed)
+        return e.code if isinstance(e.code, int) else EXIT_USAGE
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="constrained", description="Schema- and regex-constrained generation.")
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
+    sub.add_parser("bench", help="benchmark suites: masks, decode, cache (see bench/README.md)")
     g = sub.add_parser("generate", help="generate text that matches a JSON schema or a regex")
     g.add_argument("--model", help="model directory (default: a tiny local model with RANDOM weights)")
     g.add_argument("--backend", choices=["mlx", "hf"], default=None, help="default: mlx when installed, else hf")

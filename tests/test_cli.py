@@ -116,3 +116,13 @@ def test_module_entry_point_reports_errors_without_traceback() -> None:
                           capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[1])
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("constrained: error: --regex: bad regex") and proc.stderr.count("\n") == 1
+
+
+def test_bench_subcommand_delegates_to_the_bench_suites(capsys: pytest.CaptureFixture[str]) -> None:
+    # `corpus` checks every label of bench/corpus against jsonschema: the cheapest real suite
+    assert main(["bench", "corpus"]) == 0
+    out = capsys.readouterr()
+    lines = [json.loads(line) for line in out.out.splitlines() if line.startswith("{")]
+    assert lines and lines[0]["suite"] == "corpus" and lines[0]["schemas"] >= 80
+    assert "every label checked" in out.out + out.err
+    assert main(["bench", "no-such-suite"]) != 0
