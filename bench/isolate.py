@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import faulthandler
+import gc
 import multiprocessing
 import os
 import resource
@@ -61,6 +62,11 @@ def run_isolated(target: Callable[..., None], args: tuple, *, time_limit: float,
         mem_limit: bytes of address space the worker may add to what it inherited ("oom").
     """
     ctx = multiprocessing.get_context("fork")
+    # What the parent built (tokenizers, vocabulary indexes) is moved out of the
+    # cyclic GC's reach, as preforking servers do: otherwise a collection in the
+    # worker walks every inherited object and copies each page it touches.
+    gc.collect()
+    gc.freeze()
     reader, writer = ctx.Pipe(duplex=False)
     with tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
