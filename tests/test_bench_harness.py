@@ -116,3 +116,11 @@ def test_encode_exact_drops_the_sentencepiece_dummy_prefix(hf_tok, vocabulary):
     tok, vocab = hf_tok("llama-spm"), vocabulary("llama-spm")
     ids = encode_exact(tok, vocab.token_bytes, '{"a": 1}')
     assert ids is not None and b"".join(vocab.token_bytes[i] for i in ids) == b'{"a": 1}'
+
+
+def test_masks_inprocess_walks_cases(capsys) -> None:
+    from bench.masks_inprocess import main
+
+    assert main(["--tokenizer", "gpt-2", "--schemas", "enum_strings", "api_order"]) == 0
+    out = capsys.readouterr().out
+    assert "2 schemas compiled" in out and "masks: mean" in out and "api_order" in out
