@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from bench.oracle import canonical, is_valid, key_order
+from bench.oracle import canonical, is_valid, key_order, strict_schema
 
 __all__ = ["Case", "CorpusError", "DEFAULT_CORPUS", "load_corpus", "build_corpus", "QUICK"]
 
@@ -98,18 +98,6 @@ def _read(path: Path) -> Case:
     return Case(path.stem, doc["schema"], tests)
 
 
-def _strict(schema: Any) -> Any:
-    """`schema` with additionalProperties false made explicit (what the compiler's strict=True means)."""
-    if isinstance(schema, dict):
-        out = {k: _strict(v) if k not in ("enum", "const") else v for k, v in schema.items()}
-        if out.get("type") == "object" or "properties" in out:
-            out.setdefault("additionalProperties", False)
-        return out
-    if isinstance(schema, list):
-        return [_strict(x) for x in schema]
-    return schema
-
-
 def _entries() -> list[dict]:
     from bench.api_shapes import SHAPES
     from tests.schema_corpus import CORPUS
@@ -118,7 +106,7 @@ def _entries() -> list[dict]:
     for entry in CORPUS:
         schema = entry["schema"]
         if entry.get("options", {}).get("strict"):
-            schema = _strict(schema)          # a compiler option, made explicit for the other engines
+            schema = strict_schema(schema)          # a compiler option, made explicit for the other engines
         elif entry.get("options"):
             continue                          # options no other engine can express
         out.append({"name": entry["name"], "schema": schema, "valid": entry["valid"], "invalid": entry["invalid"]})

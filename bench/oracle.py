@@ -2,7 +2,7 @@
 
 `jsonschema` is the judge of every test's `valid` flag, with three fixes so
 that it reads the spec as written (the same ones `tests/test_json_schema.py`
-uses):
+uses by importing them from here):
 
 - `multipleOf` in decimal (jsonschema divides floats and calls 19.99 not a
   multiple of 0.01);
@@ -28,7 +28,7 @@ from typing import Any, Iterator
 
 import jsonschema
 
-__all__ = ["validator", "is_valid", "key_order", "canonical"]
+__all__ = ["validator", "is_valid", "key_order", "canonical", "strict_schema"]
 
 _RFC3339_TIME = re.compile(r"([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+)?([zZ]|[+-]([01]\d|2[0-3]):[0-5]\d)")
 _DURATION = re.compile(
@@ -137,3 +137,15 @@ def canonical(value: Any, order: dict[str, int]) -> Any:
     if isinstance(value, list):
         return [canonical(v, order) for v in value]
     return value
+
+
+def strict_schema(schema: Any) -> Any:
+    """`schema` with additionalProperties false made explicit (what the compiler's strict=True means)."""
+    if isinstance(schema, dict):
+        out = {k: strict_schema(v) if k not in ("enum", "const") else v for k, v in schema.items()}
+        if out.get("type") == "object" or "properties" in out:
+            out.setdefault("additionalProperties", False)
+        return out
+    if isinstance(schema, list):
+        return [strict_schema(x) for x in schema]
+    return schema

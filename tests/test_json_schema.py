@@ -7,15 +7,11 @@ style; every mutated instance it rejects must be rejected.
 from __future__ import annotations
 
 import copy
-import datetime
 import json
-import re
-from decimal import Decimal
 import random
 import warnings
 from functools import lru_cache
 
-import jsonschema
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -24,6 +20,7 @@ from hypothesis_jsonschema import from_schema
 import hypothesis_jsonschema._from_schema as _hjs
 from hypothesis.internal.conjecture import utils as _cu
 
+from bench.oracle import canonical, key_order, strict_schema, validator
 from grammars.dfa import LazyDFA
 from grammars.errors import InvalidSchemaError, UnsupportedSchemaError
 from grammars.json_schema import WhitespacePolicy, json_schema_grammar, load_schema
@@ -69,113 +66,6 @@ STYLES = [
 ]
 
 
-def _decimal_multiple_of(validator, multiple, instance, schema):
-    """multipleOf with the spec's decimal meaning (jsonschema divides floats:
-    it calls 19.99 not a multiple of 0.01)."""
-    if validator.is_type(instance, "number"):
-        q = Decimal(repr(instance)) / Decimal(repr(multiple))
-        if q != q.to_integral_value():
-            yield jsonschema.ValidationError(f"{instance!r} is not a multiple of {multiple!r}")
-
-
-_RFC3339_TIME = re.compile(r"([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+)?([zZ]|[+-]([01]\d|2[0-3]):[0-5]\d)")
-
-
-def _is_time(value) -> bool:
-    return not isinstance(value, str) or _RFC3339_TIME.fullmatch(value) is not None
-
-
-def _is_date_time(value) -> bool:
-    if not isinstance(value, str):
-        return True
-    date, sep, time = value[:10], value[10:11], value[11:]
-    try:
-        datetime.date.fromisoformat(date)
-    except ValueError:
-        return False
-    return re.fullmatch(r"\d{4}-\d\d-\d\d", date) is not None and sep in ("T", "t") and _is_time(time)
-
-
-_DURATION = re.compile(
-    r"P(?:(?:\d+D|\d+M(?:\d+D)?|\d+Y(?:\d+M(?:\d+D)?)?)(?:T(?:\d+H(?:\d+M(?:\d+S)?)?|\d+M(?:\d+S)?|\d+S))?"
-    r"|T(?:\d+H(?:\d+M(?:\d+S)?)?|\d+M(?:\d+S)?|\d+S)|\d+W)")
-_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
-_URI_CHARS = re.compile(r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/?#\[\]]|%[0-9A-Fa-f]{2})*")
-
-
-def _is_hostname(value) -> bool:
-    return not isinstance(value, str) or (
-        len(value) <= 253 and all(_LABEL.fullmatch(label) for label in value.split(".")))
-
-
-def _is_uri(value) -> bool:
-    if not isinstance(value, str):
-        return True
-    scheme, colon, rest = value.partition(":")
-    if not colon or not re.fullmatch(r"[A-Za-z][A-Za-z0-9+\-.]*", scheme) or not _URI_CHARS.fullmatch(rest):
-        return False
-    if "#" in rest.partition("#")[2] or "[" in rest.replace("[", "", 1):  # one fragment, one IP literal
-        return False
-    return True
-
-
-def _is_duration(value) -> bool:
-    return not isinstance(value, str) or _DURATION.fullmatch(value) is not None
-
-
-def _format_checker(cls):
-    """The draft's checker plus reference checks for formats whose optional
-    dependencies (rfc3339-validator, fqdn, rfc3987, isoduration) are absent here."""
-    checker = copy.deepcopy(cls.FORMAT_CHECKER)
-    for name, fn in (("time", _is_time), ("date-time", _is_date_time), ("hostname", _is_hostname),
-                     ("uri", _is_uri), ("duration", _is_duration)):
-        checker.checks(name)(fn)
-    return checker
-
-
-def _ecma_pattern(validator, pattern, instance, schema):
-    """ECMA-262 `\\d` and `\\w` are ASCII; Python's `re` (jsonschema) makes them Unicode."""
-    if validator.is_type(instance, "string") and not re.search(pattern, instance, re.ASCII):
-        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
-
-
-def validator(schema):
-    base = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    cls = jsonschema.validators.extend(base, {"multipleOf": _decimal_multiple_of, "pattern": _ecma_pattern})
-    return cls(schema, format_checker=_format_checker(base))
-
-
-def key_order(schema) -> dict[str, int]:
-    """Rank of every property name in document order (the grammar's default layout)."""
-    order: dict[str, int] = {}
-
-    def walk(node):
-        if isinstance(node, dict):
-            props = node.get("properties")
-            if isinstance(props, dict):
-                for name in list(props) + [r for r in node.get("required", []) if r not in props]:
-                    order.setdefault(name, len(order))
-            for key, value in node.items():
-                if key not in ("enum", "const", "examples", "default"):
-                    walk(value)
-        elif isinstance(node, list):
-            for item in node:
-                walk(item)
-
-    walk(schema)
-    return order
-
-
-def canonical(value, order):
-    """`value` with object keys in schema order, extra keys after them."""
-    if isinstance(value, dict):
-        keys = sorted(value, key=lambda k: (order.get(k, len(order)), list(value).index(k)))
-        return {k: canonical(value[k], order) for k in keys}
-    if isinstance(value, list):
-        return [canonical(v, order) for v in value]
-    return value
-
-
 @lru_cache(maxsize=None)
 def dfa_for(name: str) -> LazyDFA:
     entry = BY_NAME[name]
@@ -190,22 +80,10 @@ def texts(value, order=None):
 
 def is_valid(entry, value) -> bool:
     if entry["options"].get("strict"):
-        schema = _strict(entry["schema"])
+        schema = strict_schema(entry["schema"])
     else:
         schema = entry["schema"]
     return validator(schema).is_valid(value)
-
-
-def _strict(schema):
-    """The schema with additionalProperties defaulting to false (what strict=True means)."""
-    if isinstance(schema, dict):
-        out = {k: _strict(v) if k not in ("enum", "const") else v for k, v in schema.items()}
-        if out.get("type") == "object" or "properties" in out:
-            out.setdefault("additionalProperties", False)
-        return out
-    if isinstance(schema, list):
-        return [_strict(x) for x in schema]
-    return schema
 
 
 NAMES = [c["name"] for c in CORPUS]
