@@ -16,8 +16,9 @@ from typing import Any
 
 from backends.base import AsyncLM, load_model_by_name, sample_token
 from backends.mock import MockLM
+from backends.model import ModelLM
 
-__all__ = ["AsyncLM", "HFLM", "MLXLM", "MockLM", "load_model_by_name", "sample_token"]
+__all__ = ["AsyncLM", "HFLM", "MLXLM", "MockLM", "ModelLM", "load_model_by_name", "sample_token"]
 
 
 def __getattr__(name: str) -> Any:

@@ -33,7 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from backends.base import Job, ModelLM, Prompt
+from backends.base import Job, Prompt
+from backends.model import ModelLM
 from constrained.errors import BackendUnavailableError
 from constrained.token_trie import KVSegment
 

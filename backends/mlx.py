@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from backends.base import Job, ModelLM, Prompt
+from backends.base import Job, Prompt
+from backends.model import ModelLM
 from constrained.errors import BackendUnavailableError
 
 try:
