@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from constrained import fsm_jit
 from constrained.slices import Slice, equivalent
 
 __all__ = ["SliceView", "slice_view"]
@@ -165,6 +166,43 @@ def _level(dfa, q: int, sl: Slice, level: int, lenient: bool):
     when the slice is followed irregularly.  `lenient` lets single-byte
     characters that go elsewhere be excluded (only for the token's first character).
     """
+    kernels = fsm_jit.load_kernels()
+    if kernels is not None:
+        out = _level_jit(kernels.level, dfa, q, sl, level, lenient)
+        if out is not _FALLBACK:
+            return out
+    return _level_numpy(dfa, q, sl, level, lenient)
+
+
+_FALLBACK = object()
+
+
+def _level_jit(kernel, dfa, q: int, sl: Slice, level: int, lenient: bool):
+    """`_level` by the compiled kernel; `_FALLBACK` when an equivalence proof is needed."""
+    moves = sl.flat_moves_at(level)
+    n = len(sl.table)
+    work = np.zeros(2 * n + 1 + fsm_jit.META_SIZE + 256, dtype=np.int32)
+    byte_class = dfa.byte_class
+    first_bytes = sl.first_bytes_at(level)
+    while True:
+        out = kernel(q, lenient, _MAX_EXCLUDED, moves, first_bytes, byte_class, dfa.table, work)
+        if out != fsm_jit.NEED_ROW:
+            break
+        # computed in the order the numpy check computes rows, so state ids agree
+        dfa.expand(work[2 * n + 1 + fsm_jit.NEED:2 * n + 2 + fsm_jit.NEED])
+    if out == fsm_jit.OK:
+        meta = 2 * n + 1
+        excluded = None
+        if work[meta + fsm_jit.EXCL]:
+            excluded = work[meta + fsm_jit.META_SIZE:].astype(bool)
+        return work[:n].copy(), int(work[meta + fsm_jit.SUCC]), excluded
+    if out == fsm_jit.CLOSED:
+        return _CLOSED
+    return None if out == fsm_jit.NONE else _FALLBACK
+
+
+def _level_numpy(dfa, q: int, sl: Slice, level: int, lenient: bool):
+    """`_level` in numpy (see there)."""
     moves = sl.moves_at(level)
     row = dfa.transitions(q)                            # int32[256], memoized by the DFA
     if (row[sl.first_bytes_at(level)] < 0).all():

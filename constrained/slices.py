@@ -37,6 +37,7 @@ from functools import cached_property
 
 import numpy as np
 
+from constrained.fsm_jit import flatten_moves
 from constrained.vocab_trie import VocabTrie
 from grammars.ast import MAX_CODEPOINT, utf8_sequences
 
@@ -144,6 +145,15 @@ class Slice:
             out = [[(b, ids[used[a, ids]]) for b, ids in groups if used[a, ids].any()]
                    for a, groups in enumerate(self.moves)]
             self._moves_at[level] = out
+        return out
+
+    def flat_moves_at(self, level: int) -> np.ndarray:
+        """`moves_at(level)` flattened for the compiled level check (`fsm_jit.flatten_moves`, cached)."""
+        level = min(level, len(self.used_from) - 1)
+        key = ("flat", level)
+        out = self._moves_at.get(key)
+        if out is None:
+            out = self._moves_at[key] = flatten_moves(self.moves_at(level))
         return out
 
     def first_bytes_at(self, level: int) -> np.ndarray:

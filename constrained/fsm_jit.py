@@ -1,0 +1,209 @@
+"""Optional compiled kernels (numba) for a state's first visit outside the trie walk.
+
+`slice_view._level` checks that a DFA state follows a slice for one
+character: a few dozen byte groups, each a handful of numpy calls of a few
+microseconds whatever their size.  Compiled, the whole check is a couple of
+microseconds.  As in `walk_jit`, numba is optional and ``CONSTRAINED_JIT=0``
+turns it off; the numpy code then runs and gives the same answers (tests
+check both).
+
+The DFA is lazy: when the check reaches a state whose row is not computed,
+the kernel saves where it is and returns the state; the driver computes the
+row and resumes, so rows are computed in exactly the order the numpy code
+computes them (state ids come out identical).  Checks that need an
+equivalence proof between two different states return `FALLBACK`, and the
+caller reruns the numpy code, which now finds every row it needs computed.
+
+Example:
+    >>> kernels = load_kernels()
+    >>> kernels is None or callable(kernels.level)
+    True
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from types import SimpleNamespace
+
+import numpy as np
+
+__all__ = ["load_kernels", "flatten_moves", "OK", "NONE", "CLOSED", "NEED_ROW", "FALLBACK",
+           "SP", "SUCC", "STAGE", "EXCL", "NEED", "META_SIZE"]
+
+# Kernel outcomes of `level`.
+OK, NONE, CLOSED, NEED_ROW, FALLBACK = 0, 1, 2, 3, 4
+_UNEXPANDED = -2
+# Layout of the `work` buffer after the slice states' reps and stack: these fields.
+SP, SUCC, STAGE, EXCL, NEED, META_SIZE = 0, 1, 2, 3, 4, 5
+
+_lock = threading.Lock()
+_first_group_jit = None
+_kernels: SimpleNamespace | None = None
+_loaded = False
+
+
+def load_kernels() -> SimpleNamespace | None:
+    """The compiled kernels (`level`), or None (numba missing, or ``CONSTRAINED_JIT=0``)."""
+    global _kernels, _loaded
+    if _loaded:
+        return _kernels
+    with _lock:
+        if not _loaded:
+            _kernels = _compile() if os.environ.get("CONSTRAINED_JIT", "1") != "0" else None
+            _loaded = True
+    return _kernels
+
+
+def _compile() -> SimpleNamespace | None:
+    try:
+        from numba import njit
+    except ImportError:
+        return None
+    global _first_group_jit
+    # the kernel calls the helper by this global name, so it must be compiled first
+    _first_group_jit = njit(cache=True, nogil=True)(_first_group)
+    return SimpleNamespace(level=njit(cache=True, nogil=True)(_level_kernel))
+
+
+def flatten_moves(moves: list[list[tuple[int, np.ndarray]]]) -> np.ndarray:
+    """Slice moves (`Slice.moves_at`) as one int32 array for the kernel.
+
+    Layout: n_states + 1 group offsets, then per group (target, first byte
+    index, end byte index), then every group's bytes; offsets are absolute.
+
+    Example:
+        >>> flatten_moves([[(0, np.array([97, 98]))]]).tolist()
+        [2, 3, 0, 5, 7, 97, 98]
+    """
+    n = len(moves)
+    n_groups = sum(len(g) for g in moves)
+    out = [0] * (n + 1 + 3 * n_groups)
+    pos, data = n + 1, n + 1 + 3 * n_groups
+    bytes_out: list[int] = []
+    for a, groups in enumerate(moves):
+        out[a] = pos
+        for b, ids in groups:
+            lo = data + len(bytes_out)
+            bytes_out += ids.tolist()
+            out[pos:pos + 3] = (b, lo, data + len(bytes_out))
+            pos += 3
+    out[n] = pos
+    return np.array(out + bytes_out, dtype=np.int32)
+
+
+def _level_kernel(q, lenient, max_excluded, moves, first_bytes, byte_class, table, work):  # pragma: no cover
+    """Resumable `slice_view._level` without equivalence proofs (see module docstring).
+
+    `work` (int32) holds reps[n], the stack[n + 1], the meta fields, then
+    excluded flags[256]; stage 0 starts a fresh check.  Returns an outcome;
+    after NEED_ROW, work[meta + NEED] is the state whose row is missing.
+    """
+    n = moves[0] - 1                                # the first group offset is n + 1
+    meta = 2 * n + 1
+    excl = meta + META_SIZE
+    if work[meta + STAGE] == 0:
+        if table[q, 0] == _UNEXPANDED:
+            work[meta + NEED] = q
+            return NEED_ROW
+        closed = True
+        for i in range(len(first_bytes)):
+            if table[q, byte_class[first_bytes[i]]] >= 0:
+                closed = False
+                break
+        if closed:
+            return CLOSED
+        for a in range(n):
+            work[a] = -1
+        work[0] = q
+        work[n] = 0                                 # the stack holds slice state 0
+        work[meta + SP] = 1
+        work[meta + SUCC] = -1
+        work[meta + EXCL] = 0
+        work[meta + STAGE] = 1
+    while work[meta + SP] > 0:
+        sp = work[meta + SP]
+        a = work[n + sp - 1]
+        s = work[a]
+        if table[s, 0] == _UNEXPANDED:
+            work[meta + NEED] = s
+            return NEED_ROW
+        work[meta + SP] = sp - 1
+        for g in range(moves[a], moves[a + 1], 3):
+            b, lo, hi = moves[g], moves[g + 1], moves[g + 2]
+            if b == 0 and a == 0 and lenient:
+                out = _first_group_jit(s, lo, hi, max_excluded, moves, byte_class, table, work, meta, excl)
+                if out != OK:
+                    return out
+                continue
+            first = table[s, byte_class[moves[lo]]]
+            for i in range(lo, hi):
+                t = table[s, byte_class[moves[i]]]
+                if t < 0:
+                    return NONE
+            if b == 0:
+                if work[meta + SUCC] < 0:
+                    work[meta + SUCC] = first
+                rep = work[meta + SUCC]
+            else:
+                if work[b] < 0:
+                    work[b] = first
+                    work[n + work[meta + SP]] = b
+                    work[meta + SP] += 1
+                rep = work[b]
+            for i in range(lo, hi):
+                if table[s, byte_class[moves[i]]] != rep:
+                    return FALLBACK
+    if work[meta + SUCC] < 0:
+        return NONE
+    return OK
+
+
+def _first_group(s, lo, hi, max_excluded, moves, byte_class, table, work, meta, excl):  # pragma: no cover
+    """The lenient first character's one-byte group: the majority next state, odd bytes excluded."""
+    first = table[s, byte_class[moves[lo]]]
+    uniform = first >= 0
+    n_dead = 0
+    for i in range(lo, hi):
+        t = table[s, byte_class[moves[i]]]
+        if t != first:
+            uniform = False
+        if t < 0:
+            n_dead += 1
+    if uniform:
+        majority = first
+    else:
+        if n_dead > max_excluded:
+            return NONE                             # e.g. a structural state: few bytes live
+        live = np.empty(hi - lo - n_dead, np.int64)
+        k = 0
+        for i in range(lo, hi):
+            t = table[s, byte_class[moves[i]]]
+            if t >= 0:
+                live[k] = t
+                k += 1
+        if k == 0:
+            return NONE
+        live.sort()
+        # the most frequent value, the smallest one on ties (as np.unique + argmax)
+        majority, best, run = live[0], 0, 0
+        for i in range(k):
+            run = run + 1 if i > 0 and live[i] == live[i - 1] else 1
+            if run > best:
+                best, majority = run, live[i]
+    n_odd = 0
+    for i in range(lo, hi):
+        if table[s, byte_class[moves[i]]] != majority:
+            n_odd += 1
+    succ = work[meta + SUCC]
+    if n_odd > max_excluded:
+        return NONE
+    if succ >= 0 and succ != majority:
+        return FALLBACK
+    work[meta + SUCC] = majority
+    if n_odd:
+        work[meta + EXCL] = 1
+        for i in range(lo, hi):
+            if table[s, byte_class[moves[i]]] != majority:
+                work[excl + moves[i]] = 1
+    return OK

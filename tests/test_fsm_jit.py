@@ -1,0 +1,81 @@
+"""The compiled first-visit kernels (`constrained.fsm_jit`) against their numpy twins.
+
+Each case runs twice on fresh DFAs of the same grammar, once with the
+kernels and once with ``fsm_jit.load_kernels`` returning None.  The kernels
+compute DFA rows in the numpy order, so state ids agree and every visited
+state's masks, ids, next states and slice view must be identical.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from bench.mask_corpus import CASES as BENCH_CASES
+from constrained import fsm_jit
+from constrained.token_fsm import TokenFSM
+from grammars.dfa import LazyDFA
+from grammars.json_schema import json_schema_grammar
+from grammars.regex import regex_grammar
+from tests.test_token_fsm import REGEXES, prefix_states
+
+
+def _cases() -> list[tuple[str, object, int, list[bytes]]]:
+    cases = [(p, regex_grammar(p), 64, [t.encode() for t in texts]) for p, texts in REGEXES]
+    for case in BENCH_CASES[:8]:
+        g = json_schema_grammar(case["schema"])
+        texts = [json.dumps(v, ensure_ascii=False).encode() for v in case["instances"]]
+        cases.append((case["name"], g, g.info["max_depth"], texts))
+    return cases
+
+
+def _visit(grammar, depth: int, texts: list[bytes], vocab) -> dict[int, object]:
+    dfa = LazyDFA(grammar, max_depth=depth)
+    fsm = TokenFSM(dfa, vocab)
+    return {q: fsm.masks(q) for q in prefix_states(dfa, texts, limit=48)}
+
+
+def _same_view(a, b) -> bool:
+    if a is None or b is None:
+        return a is b
+    same_excluded = (a.excluded is None) == (b.excluded is None) and (
+        a.excluded is None or np.array_equal(a.excluded, b.excluded))
+    return (a.slice.name == b.slice.name and np.array_equal(a.rows, b.rows) and a.cycle == b.cycle
+            and a.capacity == b.capacity and same_excluded)
+
+
+@pytest.mark.parametrize("name", ["llama-bpe", "gpt-2"])
+def test_kernels_match_numpy(name, vocabulary, monkeypatch):
+    """Same states, masks, next states and slice views with and without the kernels."""
+    pytest.importorskip("numba")
+    assert fsm_jit.load_kernels() is not None, "numba is installed but the kernels are off (CONSTRAINED_JIT=0?)"
+    vocab = vocabulary(name)
+    checked = viewed = 0
+    for case, grammar, depth, texts in _cases():
+        compiled = _visit(grammar, depth, texts, vocab)
+        with monkeypatch.context() as m:
+            m.setattr(fsm_jit, "load_kernels", lambda: None)
+            plain = _visit(grammar, depth, texts, vocab)
+        assert list(compiled) == list(plain), case
+        for q, want in plain.items():
+            got = compiled[q]
+            assert np.array_equal(got.bitmask, want.bitmask), (case, q)
+            assert np.array_equal(got.ids, want.ids) and np.array_equal(got.next, want.next), (case, q)
+            assert got.accepting == want.accepting and _same_view(got.view, want.view), (case, q)
+            checked += 1
+            viewed += want.view is not None
+    assert checked > 300 and viewed > 100, (checked, viewed)
+
+
+def test_flatten_moves_layout():
+    moves = [[(0, np.array([1, 2])), (1, np.array([7]))], [(0, np.array([9]))]]
+    flat = flatten_moves(moves)
+    n = len(moves)
+    groups = [flat[flat[a]:flat[a + 1]].reshape(-1, 3).tolist() for a in range(n)]
+    got = [[(b, flat[lo:hi].tolist()) for b, lo, hi in g] for g in groups]
+    assert got == [[(0, [1, 2]), (1, [7])], [(0, [9])]]
+
+
+flatten_moves = fsm_jit.flatten_moves
