@@ -44,7 +44,7 @@ _loaded = False
 
 
 def load_kernels() -> SimpleNamespace | None:
-    """The compiled kernels (`level`), or None (numba missing, or ``CONSTRAINED_JIT=0``)."""
+    """The compiled kernels (`level`, `set_bits`, `byteset`), or None (numba missing, or ``CONSTRAINED_JIT=0``)."""
     global _kernels, _loaded
     if _loaded:
         return _kernels
@@ -63,7 +63,8 @@ def _compile() -> SimpleNamespace | None:
     global _first_group_jit
     # the kernel calls the helper by this global name, so it must be compiled first
     _first_group_jit = njit(cache=True, nogil=True)(_first_group)
-    return SimpleNamespace(level=njit(cache=True, nogil=True)(_level_kernel))
+    jit = njit(cache=True, nogil=True)
+    return SimpleNamespace(level=jit(_level_kernel), set_bits=jit(_set_bits_kernel), byteset=jit(_byteset_kernel))
 
 
 def flatten_moves(moves: list[list[tuple[int, np.ndarray]]]) -> np.ndarray:
@@ -157,6 +158,47 @@ def _level_kernel(q, lenient, max_excluded, moves, first_bytes, byte_class, tabl
     if work[meta + SUCC] < 0:
         return NONE
     return OK
+
+
+def _set_bits_kernel(words, ids):  # pragma: no cover
+    """Set bit `i % 32` of `words[i // 32]` (uint32) for each i in `ids`."""
+    for k in range(len(ids)):
+        i = ids[k]
+        words[i >> 5] |= np.uint32(1) << np.uint32(i & 31)
+
+
+def _byteset_kernel(in_mask, n_roots, byte, child_lo, child_hi, term_lo, term_hi, term_ids,
+                    depth, usable, member, complete, exits, used):  # pragma: no cover
+    """`slices._byteset_parts` in one pass: a node is inside iff its byte is in the set and
+    its parent is inside, so only the inside subtree and its border are visited.
+    Returns (exits written, levels of `used`, largest character count of a member)."""
+    inside = np.zeros(len(byte), np.bool_)
+    n_exits = 0
+    deepest_parent = -1
+    longest = 0
+    # roots, then the children of each inside node in node order (the trie is level-ordered,
+    # so exits come out sorted)
+    for p in range(-1, len(byte)):
+        if p >= 0 and not inside[p]:
+            continue
+        lo, hi = (0, n_roots) if p < 0 else (child_lo[p], child_hi[p])
+        for c in range(lo, hi):
+            if not in_mask[byte[c]]:
+                exits[n_exits] = c
+                n_exits += 1
+                continue
+            inside[c] = True
+            d = depth[c]
+            used[d, 0, byte[c]] = True
+            if child_hi[c] > child_lo[c] and d > deepest_parent:
+                deepest_parent = d
+            for k in range(term_lo[c], term_hi[c]):
+                tok = term_ids[k]
+                if usable[tok]:
+                    member[tok] = True
+                    complete[tok] = d + 1
+                    longest = max(longest, d + 1)
+    return n_exits, deepest_parent + 3, longest
 
 
 def _first_group(s, lo, hi, max_excluded, moves, byte_class, table, work, meta, excl):  # pragma: no cover

@@ -37,11 +37,12 @@ from functools import cached_property
 
 import numpy as np
 
-from constrained.fsm_jit import flatten_moves
+from constrained import fsm_jit
 from constrained.vocab_trie import VocabTrie
 from grammars.ast import MAX_CODEPOINT, utf8_sequences
 
-__all__ = ["Slice", "UTF8_SLICES", "utf8_table", "byteset_table", "build_slice", "build_byteset_slice", "equivalent", "pack_bits"]
+__all__ = ["Slice", "UTF8_SLICES", "utf8_table", "byteset_table", "build_slice", "build_byteset_slice", "equivalent", "pack_bits",
+           "ids_bitmask"]
 
 # name -> excluded ASCII bytes, in the order they are tried.
 UTF8_SLICES: dict[str, bytes] = {
@@ -153,7 +154,7 @@ class Slice:
         key = ("flat", level)
         out = self._moves_at.get(key)
         if out is None:
-            out = self._moves_at[key] = flatten_moves(self.moves_at(level))
+            out = self._moves_at[key] = fsm_jit.flatten_moves(self.moves_at(level))
         return out
 
     def first_bytes_at(self, level: int) -> np.ndarray:
@@ -218,12 +219,30 @@ def build_byteset_slice(mask: int, trie: VocabTrie, usable: np.ndarray, n_words:
     """`build_slice(f"bytes:{mask:x}", byteset_table(mask), ...)`, for an ASCII byte set, in ~1/10 the time.
 
     Every byte is a character, so a prefix is inside the slice iff all its
-    bytes are in `mask` (one test on the trie's precomputed `ascii_paths`),
-    its character count is its length, and it leaves the slice at its first
-    byte outside `mask`.
+    bytes are in `mask`, its character count is its length, and it leaves the
+    slice at its first byte outside `mask`.
     """
     if mask >> 128:
         raise ValueError(f"byte-set slices are over ASCII bytes, got mask {mask:#x}")
+    kernels = fsm_jit.load_kernels()
+    if kernels is not None:
+        member, complete, exits, used, max_started = _byteset_parts_jit(kernels.byteset, mask, trie, usable)
+    else:
+        member, complete, exits, used = _byteset_parts(mask, trie, usable)
+        max_started = int(complete[member].max()) if member.any() else 0
+    end = member.astype(np.int8) - 1                           # 0 (the one slice state) or -1
+    used_from = np.logical_or.accumulate(used[::-1], axis=0)[::-1].copy()
+    return Slice(f"bytes:{mask:x}", byteset_table(mask), end, complete, complete.copy(), member,
+                 pack_bits(member, n_words), max_started, exits, np.zeros(len(exits), dtype=np.int32),
+                 trie.depth[exits].astype(np.int32), trie.root_byte[exits], used_from)
+
+
+def _byteset_parts(mask: int, trie: VocabTrie, usable: np.ndarray):
+    """(member, complete, exits, used) of a byte-set slice, in numpy (see `build_byteset_slice`).
+
+    A prefix's bytes are all in `mask` iff one test on the trie's precomputed
+    `ascii_paths` says so.
+    """
     lo, hi, wide = trie.ascii_paths
     out_lo, out_hi = np.uint64(~mask & (2**64 - 1)), np.uint64(~(mask >> 64) & (2**64 - 1))
     inside = ~wide & ((lo & out_lo) == 0) & ((hi & out_hi) == 0)
@@ -235,14 +254,12 @@ def build_byteset_slice(mask: int, trie: VocabTrie, usable: np.ndarray, n_words:
     member = np.zeros(size, dtype=bool)
     member[ids[tok_inside]] = True
     member &= usable
-    end = np.where(member, 0, -1).astype(np.int8)
     complete = np.zeros(size, dtype=np.int16)
     complete[ids[tok_inside]] = tlen[tok_inside]
     complete[~member] = 0
     before_inside = np.ones(len(inside), dtype=bool)           # roots: "before" is the start state
     before_inside[trie.n_roots:] = inside[parent[trie.n_roots:]]
     exits = np.flatnonzero(~inside & before_inside).astype(np.int32)
-    max_started = int(complete[member].max()) if member.any() else 0
     # moves tokens make at character level >= l: byte b at level l is used iff an
     # inside node at depth l spells b (cf. `_moves_used`)
     nodes = np.flatnonzero(inside)
@@ -250,11 +267,21 @@ def build_byteset_slice(mask: int, trie: VocabTrie, usable: np.ndarray, n_words:
     levels = (int(depth[nodes[has_child]].max()) + 1 if has_child.any() else 0) + 2
     used = np.zeros((levels, 1, 256), dtype=bool)
     used[depth[nodes], 0, trie.byte[nodes]] = True
-    used_from = np.logical_or.accumulate(used[::-1], axis=0)[::-1].copy()
-    table = byteset_table(mask)
-    return Slice(f"bytes:{mask:x}", table, end, complete, complete.copy(), member, pack_bits(member, n_words),
-                 max_started, exits, np.zeros(len(exits), dtype=np.int32), depth[exits].astype(np.int32),
-                 trie.root_byte[exits], used_from)
+    return member, complete, exits, used
+
+
+def _byteset_parts_jit(kernel, mask: int, trie: VocabTrie, usable: np.ndarray):
+    """`_byteset_parts` by the compiled kernel, and the largest character count of a member."""
+    in_mask = np.array([mask >> b & 1 for b in range(256)], dtype=np.bool_)
+    size = len(usable)
+    member = np.zeros(size, dtype=bool)
+    complete = np.zeros(size, dtype=np.int16)
+    exits = np.empty(trie.n_nodes, dtype=np.int32)
+    used = np.zeros((len(trie.level_lo) + 2, 1, 256), dtype=bool)
+    n_exits, levels, longest = kernel(in_mask, trie.n_roots, trie.byte, trie.child_lo, trie.child_hi,
+                                      trie.term_lo, trie.term_hi, trie.term_ids, trie.depth, usable,
+                                      member, complete, exits, used)
+    return member, complete, exits[:n_exits].copy(), used[:levels], int(longest)
 
 
 def _moves_used(inside, before, parent_count, byte, n_states: int) -> np.ndarray:
@@ -276,6 +303,29 @@ def pack_bits(flags: np.ndarray, n_words: int) -> np.ndarray:
     padded = np.zeros(n_words * 32, dtype=bool)
     padded[: len(flags)] = flags
     return np.packbits(padded, bitorder="little").view("<i4").astype(np.int32, copy=False)
+
+
+def ids_bitmask(ids: np.ndarray, n_words: int, base: np.ndarray | None = None) -> np.ndarray:
+    """Packed int32 mask of the distinct token `ids`, OR-ed into a copy of `base` when given.
+
+    Example:
+        >>> ids_bitmask(np.array([0, 33]), 2).tolist()
+        [1, 2]
+    """
+    kernels = fsm_jit.load_kernels()
+    out = np.zeros(n_words, dtype=np.uint32) if base is None else base.view(np.uint32).copy()
+    if kernels is not None:
+        kernels.set_bits(out, np.ascontiguousarray(ids))
+        return out.view(np.int32)
+    if len(ids) < n_words:
+        # few ids: one bit each, summed per word (distinct bits, so the sum is the OR; exact in float64)
+        bits = np.left_shift(np.int64(1), np.asarray(ids) & 31).astype(np.float64)
+        out |= np.bincount(np.asarray(ids) >> 5, weights=bits, minlength=n_words).astype(np.uint32)
+    else:
+        flags = np.zeros(n_words * 32, dtype=bool)
+        flags[ids] = True
+        out |= np.packbits(flags, bitorder="little").view(np.uint32)
+    return out.view(np.int32)
 
 
 def equivalent(dfa, a: int, b: int) -> bool:

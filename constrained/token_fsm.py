@@ -22,14 +22,13 @@ Example:
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from constrained.errors import IncompatibleVocabularyError
 from constrained.slice_view import SliceView, slice_view
-from constrained.slices import pack_bits
+from constrained.slices import ids_bitmask
 from constrained.vocab_index import VocabIndex
 
 if TYPE_CHECKING:
@@ -46,9 +45,11 @@ _EMPTY = np.empty(0, dtype=np.int32)
 # A byte-set slice needs at least this many ASCII bytes going to one state
 # (fewer: the plain walk is cheap, and building a new slice costs ~10 ms).
 _MIN_BYTESET_SLICE = 8
+# Unsorted ids up to this many are scanned for a token (as fast as a binary search);
+# longer ones are sorted on their first lookup.
+_MAX_SCAN = 4096
 
 
-@dataclass(eq=False)
 class StateMasks:
     """Everything the FSM knows about one DFA state (memoized on first visit).
 
@@ -59,25 +60,71 @@ class StateMasks:
             next states it knows (see `slice_view`).
         accepting: the text so far is a complete match (EOS allowed).
         bitmask: packed int32 mask of every allowed id, EOS included.
+
+    `ids` and `next` are sorted on first use: a mask needs only the bitmask,
+    and a token lookup in a short list is as fast as a scan (see `lookup`).
     """
 
-    ids: np.ndarray
-    next: np.ndarray
-    view: SliceView | None
-    accepting: bool
-    bitmask: np.ndarray
-    allowed: np.ndarray | None = None     # full sorted id list, built on demand
-    forced: tuple[int, ...] | None = None
+    __slots__ = ("_pairs", "_sorted", "view", "accepting", "bitmask", "allowed", "forced")
+
+    def __init__(self, ids: np.ndarray, next: np.ndarray, view: SliceView | None, accepting: bool,
+                 bitmask: np.ndarray, allowed: np.ndarray | None = None,
+                 forced: tuple[int, ...] | None = None, sorted: bool = True) -> None:
+        self._pairs = (ids, next)                 # swapped as one reference: readers never see a mix
+        self._sorted = sorted
+        self.view = view
+        self.accepting = accepting
+        self.bitmask = bitmask
+        self.allowed = allowed                    # full sorted id list, built on demand
+        self.forced = forced
+
+    @property
+    def ids(self) -> np.ndarray:
+        return self._sorted_pairs()[0]
+
+    @property
+    def next(self) -> np.ndarray:
+        return self._sorted_pairs()[1]
+
+    def lookup(self, token: int) -> int:
+        """Next state of `token`, one of `ids` (-1 if it is not)."""
+        ids, nxt = self._pairs
+        if not self._sorted and len(ids) <= _MAX_SCAN:
+            hit = np.flatnonzero(ids == token)
+            return int(nxt[hit[0]]) if len(hit) else -1
+        ids, nxt = self._sorted_pairs()
+        i = int(np.searchsorted(ids, token))
+        return int(nxt[i]) if i < len(ids) and ids[i] == token else -1
+
+    def _sorted_pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        if not self._sorted:
+            self._pairs = _sort_pairs(*self._pairs)
+            self._sorted = True
+        return self._pairs
 
     @property
     def can_continue(self) -> bool:
-        return len(self.ids) > 0 or (self.view is not None and bool(self.view.bitmask().any()))
+        return len(self._pairs[0]) > 0 or (self.view is not None and bool(self.view.bitmask().any()))
 
     @property
     def nbytes(self) -> int:
-        n = self.ids.nbytes + self.next.nbytes + self.bitmask.nbytes
+        ids, nxt = self._pairs
+        n = ids.nbytes + nxt.nbytes + self.bitmask.nbytes
         n += self.view.nbytes if self.view is not None else 0
         return n + (self.allowed.nbytes if self.allowed is not None else 0)
+
+
+def _sort_pairs(ids: np.ndarray, nxt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, next states) ordered by id (ids are distinct)."""
+    top = int(ids.max()) + 1 if len(ids) else 0
+    if len(ids) * 16 < top:
+        order = np.argsort(ids, kind="stable")
+        return ids[order].astype(np.int32, copy=False), nxt[order].astype(np.int32, copy=False)
+    # large sets: scatter into a dense row (O(vocab)) beats an O(n log n) sort
+    dense = np.full(top, -1, dtype=np.int32)
+    dense[ids] = nxt
+    sorted_ids = np.flatnonzero(dense >= 0).astype(np.int32)
+    return sorted_ids, dense[sorted_ids]
 
 
 class TokenFSM:
@@ -144,8 +191,7 @@ class TokenFSM:
             return FINISHED
         if m.view is not None and m.view.allows(token_id):
             return m.view.next_state(token_id)
-        i = int(np.searchsorted(m.ids, token_id))
-        return int(m.next[i])
+        return m.lookup(token_id)
 
     def is_accepting(self, state: int) -> bool:
         return state == FINISHED or self.masks(state).accepting
@@ -197,15 +243,11 @@ class TokenFSM:
                 nodes = np.concatenate((nodes, roots))
                 starts = np.concatenate((starts, dfa.transitions(state)[trie.byte[roots]]))
             ids, nxt = trie.walk_from(nodes, starts, *walk_args)
-        ids, nxt = self._sort(ids, nxt)
-        flags = np.zeros(self.index.size, dtype=bool)
-        flags[ids] = True
-        bitmask = pack_bits(flags, self.index.n_words)
-        if view is not None:
-            bitmask |= view.bitmask()
+        base = view.bitmask() if view is not None else None
+        bitmask = ids_bitmask(ids, self.index.n_words, base)
         if accepting:
             bitmask |= self.index.eos_bitmask
-        return StateMasks(ids, nxt.astype(np.int32, copy=False), view, accepting, bitmask)
+        return StateMasks(ids, nxt, view, accepting, bitmask, sorted=False)
 
     def _find_view(self, state: int) -> SliceView | None:
         """The first slice `state` follows regularly (UTF-8 slices, then its ASCII byte set)."""
@@ -227,16 +269,6 @@ class TokenFSM:
         inner = np.flatnonzero(row == values[counts.argmax()])
         mask = sum(1 << b for b in inner.tolist())
         return slice_view(self.dfa, state, self.index.byteset_slice(mask), self._steps, first)
-
-    def _sort(self, ids: np.ndarray, nxt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        # Large sets: scatter into a dense row (O(vocab)) beats an O(n log n) sort.
-        if len(ids) * 16 < self.index.size:
-            order = np.argsort(ids, kind="stable")
-            return ids[order], nxt[order]
-        dense = np.full(self.index.size, -1, dtype=np.int32)
-        dense[ids] = nxt
-        sorted_ids = np.flatnonzero(dense >= 0).astype(np.int32)
-        return sorted_ids, dense[sorted_ids]
 
     def _materialize(self, m: StateMasks) -> np.ndarray:
         if m.view is None:

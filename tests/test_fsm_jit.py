@@ -79,3 +79,27 @@ def test_flatten_moves_layout():
 
 
 flatten_moves = fsm_jit.flatten_moves
+
+
+@pytest.mark.parametrize("name", ["llama-bpe", "llama-spm"])
+def test_byteset_slice_kernel_matches_numpy(name, vocabulary, monkeypatch):
+    """Byte-set slices built by the kernel equal the numpy ones, field by field."""
+    pytest.importorskip("numba")
+    from constrained.slices import build_byteset_slice
+    from constrained.vocab_index import VocabIndex
+    from tests.test_token_fsm import _BYTESETS
+
+    index = VocabIndex.for_vocab(vocabulary(name))
+    fields = ("table", "end", "complete", "started", "member", "bitmask", "exits", "exit_from",
+              "exit_level", "exit_first", "used_from")
+    for chars in _BYTESETS + [b"", b"\x00", b"!$&'()*+,-.0123456789;=ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz~"]:
+        mask = sum(1 << b for b in chars)
+        fast = build_byteset_slice(mask, index.trie, index.usable, index.n_words)
+        with monkeypatch.context() as m:
+            m.setattr(fsm_jit, "load_kernels", lambda: None)
+            slow = build_byteset_slice(mask, index.trie, index.usable, index.n_words)
+        assert fast.name == slow.name and fast.max_started == slow.max_started, chars
+        for field in fields:
+            a, b = getattr(fast, field), getattr(slow, field)
+            assert a.dtype == b.dtype, (field, chars)
+            np.testing.assert_array_equal(a, b, err_msg=f"{field} {chars!r}")
