@@ -102,7 +102,7 @@ class SliceView:
     def exit_frontier(self) -> tuple[np.ndarray, np.ndarray]:
         """(exit nodes, DFA state just before each exit's byte), dead ones dropped."""
         sl = self.slice
-        states = self.rows[self.row_index(sl.exit_level), sl.exit_from]
+        states = self.rows.ravel()[sl.exit_cells(self.cycle, len(self.rows), self.row_index)]
         if self.excluded is not None:
             states = np.where(self.excluded[sl.exit_first], -1, states)
         keep = states >= 0

@@ -130,6 +130,7 @@ class Slice:
     used_from: np.ndarray
     _masks: dict = field(default_factory=dict, repr=False)
     _moves_at: dict = field(default_factory=dict, repr=False)
+    _exit_cells: dict = field(default_factory=dict, repr=False)
 
     @cached_property
     def moves(self) -> list[list[tuple[int, np.ndarray]]]:
@@ -168,6 +169,21 @@ class Slice:
             self._moves_at[key] = out
         return out
 
+    def exit_cells(self, cycle: tuple[int, int] | None, n_rows: int, row_index) -> np.ndarray:
+        """Flat index into a view's `rows` (`n_rows` x n_states) of each exit's state before its byte.
+
+        It depends only on the view's shape (`cycle`, `n_rows`; `row_index` maps
+        character counts to rows), so views of the same shape share it (cached).
+        """
+        key = (cycle, n_rows)
+        out = self._exit_cells.get(key)
+        if out is None:
+            out = row_index(self.exit_level) * len(self.table) + self.exit_from
+            if len(self._exit_cells) >= _MAX_CACHED_MASKS:
+                self._exit_cells.pop(next(iter(self._exit_cells)))
+            self._exit_cells[key] = out
+        return out
+
     def member_bitmask(self, capacity: int, excluded: np.ndarray | None, first: np.ndarray) -> np.ndarray:
         """Packed mask of slice tokens starting <= `capacity` characters, minus those whose
         first byte is flagged in `excluded` (bool[256]); `first` is the vocabulary's first bytes."""
@@ -190,7 +206,8 @@ class Slice:
     def nbytes(self) -> int:
         arrays = (self.table, self.end, self.complete, self.started, self.member, self.bitmask,
                   self.exits, self.exit_from, self.exit_level, self.exit_first, self.used_from)
-        return sum(a.nbytes for a in arrays) + sum(m.nbytes for m in list(self._masks.values()))
+        cached = list(self._masks.values()) + list(self._exit_cells.values())
+        return sum(a.nbytes for a in arrays) + sum(m.nbytes for m in cached)
 
 
 def build_slice(name: str, table: np.ndarray, trie: VocabTrie, usable: np.ndarray, n_words: int) -> Slice:

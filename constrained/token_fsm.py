@@ -266,8 +266,8 @@ class TokenFSM:
         values, counts = np.unique(live, return_counts=True)
         if counts.max() < _MIN_BYTESET_SLICE:
             return None
-        inner = np.flatnonzero(row == values[counts.argmax()])
-        mask = sum(1 << b for b in inner.tolist())
+        inner = np.packbits(row == values[counts.argmax()], bitorder="little")
+        mask = int.from_bytes(inner.tobytes(), "little")
         return slice_view(self.dfa, state, self.index.byteset_slice(mask), self._steps, first)
 
     def _materialize(self, m: StateMasks) -> np.ndarray:
