@@ -43,7 +43,7 @@ FINISHED = -3
 _MAX_FORCED_BYTES = 4096
 _EMPTY = np.empty(0, dtype=np.int32)
 # A byte-set slice needs at least this many ASCII bytes going to one state
-# (fewer: the plain walk is cheap, and building a new slice costs ~10 ms).
+# (fewer: the plain walk is cheap, and building a new slice costs 1-3 ms).
 _MIN_BYTESET_SLICE = 8
 # Unsorted ids up to this many are scanned for a token (as fast as a binary search);
 # longer ones are sorted on their first lookup.
@@ -266,9 +266,17 @@ class TokenFSM:
         values, counts = np.unique(live, return_counts=True)
         if counts.max() < _MIN_BYTESET_SLICE:
             return None
-        inner = np.packbits(row == values[counts.argmax()], bitorder="little")
-        mask = int.from_bytes(inner.tobytes(), "little")
-        return slice_view(self.dfa, state, self.index.byteset_slice(mask), self._steps, first)
+        target = values[counts.argmax()]
+        inner = row == target
+        mask = int.from_bytes(np.packbits(inner, bitorder="little").tobytes(), "little")
+        sl = self.index.cached_byteset_slice(mask)
+        if sl is None:
+            # a new slice costs ~1 ms: worth it only if a second character may follow
+            # (a loop or a long counter), not for a single digit the walk reads in microseconds
+            if (self.dfa.transitions(int(target))[:128][inner] < 0).any():
+                return None
+            sl = self.index.byteset_slice(mask)
+        return slice_view(self.dfa, state, sl, self._steps, first)
 
     def _materialize(self, m: StateMasks) -> np.ndarray:
         if m.view is None:
