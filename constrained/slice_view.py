@@ -36,10 +36,10 @@ import numpy as np
 from constrained import fsm_jit
 from constrained.slices import Slice, equivalent
 
-__all__ = ["SliceView", "slice_view"]
+__all__ = ["SliceView", "slice_view", "MAX_EXCLUDED"]
 
 # At most this many irregular ASCII first bytes are walked instead of sliced.
-_MAX_EXCLUDED = 40
+MAX_EXCLUDED = 40
 _CLOSED = "closed"
 _MISSING = object()
 # Character levels at which the set of checked slice moves may shrink.
@@ -185,7 +185,7 @@ def _level_jit(kernel, dfa, q: int, sl: Slice, level: int, lenient: bool):
     byte_class = dfa.byte_class
     first_bytes = sl.first_bytes_at(level)
     while True:
-        out = kernel(q, lenient, _MAX_EXCLUDED, moves, first_bytes, byte_class, dfa.table, work)
+        out = kernel(q, lenient, MAX_EXCLUDED, moves, first_bytes, byte_class, dfa.table, work)
         if out != fsm_jit.NEED_ROW:
             break
         # computed in the order the numpy check computes rows, so state ids agree
@@ -220,14 +220,14 @@ def _level_numpy(dfa, q: int, sl: Slice, level: int, lenient: bool):
                 if targets[0] >= 0 and (targets == targets[0]).all():
                     majority = int(targets[0])          # the common case: no odd first byte
                 else:
-                    if (targets < 0).sum() > _MAX_EXCLUDED:
+                    if (targets < 0).sum() > MAX_EXCLUDED:
                         return None                     # e.g. a structural state: few bytes live
                     values, counts = np.unique(targets[targets >= 0], return_counts=True)
                     if not len(values):
                         return None
                     majority = int(values[counts.argmax()])
                 odd = byte_ids[targets != majority]
-                if len(odd) > _MAX_EXCLUDED or (succ >= 0 and not _same(dfa, succ, majority)):
+                if len(odd) > MAX_EXCLUDED or (succ >= 0 and not _same(dfa, succ, majority)):
                     return None
                 succ = majority
                 if len(odd):

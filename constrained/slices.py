@@ -138,6 +138,13 @@ class Slice:
         return [[(int(b), np.flatnonzero(row == b)) for b in np.unique(row[row >= 0])]
                 for row in self.table]
 
+    @cached_property
+    def first_ascii(self) -> np.ndarray:
+        """Bytes that are one whole character from the start at level 0 (the first
+        character's group that `slice_view` lets a state partly exclude)."""
+        groups = [ids for b, ids in self.moves_at(0)[0] if b == 0]
+        return groups[0] if groups else np.empty(0, np.int64)
+
     def moves_at(self, level: int) -> list[list[tuple[int, np.ndarray]]]:
         """`moves` restricted to the moves tokens make at character level >= `level` (cached)."""
         level = min(level, len(self.used_from) - 1)

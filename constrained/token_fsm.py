@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from constrained.errors import IncompatibleVocabularyError
-from constrained.slice_view import SliceView, slice_view
+from constrained.slice_view import MAX_EXCLUDED, SliceView, slice_view
 from constrained.slices import ids_bitmask
 from constrained.vocab_index import VocabIndex
 
@@ -112,6 +112,19 @@ class StateMasks:
         n = ids.nbytes + nxt.nbytes + self.bitmask.nbytes
         n += self.view.nbytes if self.view is not None else 0
         return n + (self.allowed.nbytes if self.allowed is not None else 0)
+
+
+def _majority(values: np.ndarray) -> tuple[int, int]:
+    """The most frequent of `values` (the smallest on ties) and its count; (-1, 0) if empty."""
+    if not len(values):
+        return -1, 0
+    lo = int(values.min())
+    if int(values.max()) - lo > 4096:
+        uniq, counts = np.unique(values, return_counts=True)
+        return int(uniq[counts.argmax()]), int(counts.max())
+    counts = np.bincount(values - lo)                 # cheaper than np.unique on a few states
+    i = int(counts.argmax())
+    return lo + i, int(counts[i])
 
 
 def _sort_pairs(ids: np.ndarray, nxt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -254,19 +267,18 @@ class TokenFSM:
         if not self._use_slices:
             return None
         first = self.index.first_byte
+        dead = self.dfa.transitions(state) < 0
         for sl in self.index.slices:
+            if np.count_nonzero(dead[sl.first_ascii]) > MAX_EXCLUDED:
+                continue                          # e.g. a structural state: `slice_view` says None
             view = slice_view(self.dfa, state, sl, self._steps, first)
             if view is not None:
                 return view
         # the ASCII bytes leading to the most common next state, e.g. `[a-z]` in `[a-z]+`
         row = self.dfa.transitions(state)[:128]
-        live = row[row >= 0]
-        if len(live) < _MIN_BYTESET_SLICE:
+        target, count = _majority(row[row >= 0])
+        if count < _MIN_BYTESET_SLICE:
             return None
-        values, counts = np.unique(live, return_counts=True)
-        if counts.max() < _MIN_BYTESET_SLICE:
-            return None
-        target = values[counts.argmax()]
         inner = row == target
         mask = int.from_bytes(np.packbits(inner, bitorder="little").tobytes(), "little")
         sl = self.index.cached_byteset_slice(mask)
