@@ -1,18 +1,22 @@
 """Optional compiled kernels (numba) for a state's first visit outside the trie walk.
 
-`slice_view._level` checks that a DFA state follows a slice for one
-character: a few dozen byte groups, each a handful of numpy calls of a few
-microseconds whatever their size.  Compiled, the whole check is a couple of
-microseconds.  As in `walk_jit`, numba is optional and ``CONSTRAINED_JIT=0``
-turns it off; the numpy code then runs and gives the same answers (tests
-check both).
+- `level`: `slice_view._level` checks that a DFA state follows a slice for
+  one character: a few dozen byte groups, each a handful of numpy calls of a
+  few microseconds whatever their size; compiled, a couple of microseconds.
+- `set_bits`: a state's packed bitmask straight from its token ids (numpy
+  needs a pass over the whole vocabulary).
+- `byteset`: a new byte-set slice (`slices.build_byteset_slice`) in one pass
+  over the part of the trie inside the set.
 
-The DFA is lazy: when the check reaches a state whose row is not computed,
-the kernel saves where it is and returns the state; the driver computes the
-row and resumes, so rows are computed in exactly the order the numpy code
-computes them (state ids come out identical).  Checks that need an
-equivalence proof between two different states return `FALLBACK`, and the
-caller reruns the numpy code, which now finds every row it needs computed.
+As in `walk_jit`, numba is optional and ``CONSTRAINED_JIT=0`` turns it off;
+the numpy code then runs and gives the same answers (tests check both).
+
+The DFA is lazy: when the level check reaches a state whose row is not
+computed, the kernel saves where it is and returns the state; the driver
+computes the row and resumes, so rows are computed in the order the numpy
+code computes them.  Checks that need an equivalence proof between two
+different states return `FALLBACK`, and the caller reruns the numpy code,
+which finds every row it needs computed.
 
 Example:
     >>> kernels = load_kernels()

@@ -189,7 +189,7 @@ def _level_jit(kernel, dfa, q: int, sl: Slice, level: int, lenient: bool):
         if out != fsm_jit.NEED_ROW:
             break
         # computed in the order the numpy check computes rows, so state ids agree
-        dfa.expand(work[2 * n + 1 + fsm_jit.NEED:2 * n + 2 + fsm_jit.NEED])
+        dfa.expand((int(work[2 * n + 1 + fsm_jit.NEED]),))
     if out == fsm_jit.OK:
         meta = 2 * n + 1
         excluded = None

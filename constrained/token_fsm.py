@@ -276,7 +276,10 @@ class TokenFSM:
                 return view
         # the ASCII bytes leading to the most common next state, e.g. `[a-z]` in `[a-z]+`
         row = self.dfa.transitions(state)[:128]
-        target, count = _majority(row[row >= 0])
+        live = row[row >= 0]
+        if len(live) < _MIN_BYTESET_SLICE:
+            return None
+        target, count = _majority(live)
         if count < _MIN_BYTESET_SLICE:
             return None
         inner = row == target
