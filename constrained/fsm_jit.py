@@ -79,7 +79,7 @@ def flatten_moves(moves: list[list[tuple[int, np.ndarray]]]) -> np.ndarray:
 
     Example:
         >>> flatten_moves([[(0, np.array([97, 98]))]]).tolist()
-        [2, 3, 0, 5, 7, 97, 98]
+        [2, 5, 0, 5, 7, 97, 98]
     """
     n = len(moves)
     n_groups = sum(len(g) for g in moves)
