@@ -72,11 +72,13 @@ def compile_json_schema(schema: Any, vocab: "Vocabulary", **options: Any) -> Tok
 
 def compile_grammar(grammar, vocab: "Vocabulary") -> TokenFSM:
     """Token FSM of a `grammars.ast.Grammar` (not cached)."""
+    from constrained.dfa_jit import native_dfa_class
     from grammars.dfa import LazyDFA
 
+    dfa_class = native_dfa_class() or LazyDFA
     # recursive grammars (JSON schema) say how deep their rule calls may nest
     max_depth = grammar.info.get("max_depth")
-    dfa = LazyDFA(grammar) if max_depth is None else LazyDFA(grammar, max_depth=int(max_depth))
+    dfa = dfa_class(grammar) if max_depth is None else dfa_class(grammar, max_depth=int(max_depth))
     return TokenFSM(dfa, vocab)
 
 
