@@ -73,13 +73,6 @@ def native_dfa_class() -> type[LazyDFA] | None:
     return JitDFA if load_kernels() is not None else None
 
 
-def _csr(lists: list[tuple], n: int) -> tuple[np.ndarray, list]:
-    """Row pointers of per-state tuples, and the flattened items."""
-    ptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, lists), dtype=np.int64, count=n), out=ptr[1:])
-    return ptr, [x for items in lists for x in items]
-
-
 class JitDFA(LazyDFA):
     """`LazyDFA` whose rows are computed natively (see the module docstring).
 
@@ -114,40 +107,37 @@ class JitDFA(LazyDFA):
     # -- arrays ---------------------------------------------------------------
 
     def _nfa_arrays(self, nfa: NFA) -> tuple:
-        n = self._n
-        eps_ptr, eps_dst = _csr(nfa.eps, n)
-        call_ptr, calls = _csr(nfa.calls, n)
-        edge_ptr, edges = _csr(nfa.edges, n)
-        masks = sorted({m for m, _ in edges})
-        mask_id = {m: i for i, m in enumerate(masks)}
+        a = nfa.arrays
+        masks = a.masks
         mask_cls = np.zeros((max(len(masks), 1), self.num_classes), dtype=np.uint8)
         if masks:
             raw = np.frombuffer(b"".join(m.to_bytes(32, "little") for m in masks), np.uint8)
             bits = np.unpackbits(raw.reshape(len(masks), 32), axis=1, bitorder="little")
             mask_cls[:] = bits[:, self._class_rep]       # a class is in a mask iff its bytes are
-        params = np.array([n, self.max_depth, self.max_states, self.num_classes], dtype=np.int64)
+        rule_start = np.array(nfa.rule_start, dtype=np.int64)
+        # return states are canonicalized as in LazyDFA (see `NFA.forward`)
+        call_ret = np.array([nfa.forward(t) for t in a.call_dst.tolist()], dtype=np.int64)
+        params = np.array([self._n, self.max_depth, self.max_states, self.num_classes], dtype=np.int64)
         return (
-            np.array(nfa.need, dtype=np.int64), eps_ptr, np.array(eps_dst, dtype=np.int64),
-            call_ptr, np.array([nfa.rule_start[r] for r, _ in calls], dtype=np.int64),
-            np.array([nfa.forward(t) for _, t in calls], dtype=np.int64),
-            np.array(nfa.is_end, dtype=np.uint8), edge_ptr,
-            np.array([t for _, t in edges], dtype=np.int64),
-            np.array([mask_id[m] for m, _ in edges], dtype=np.int64), mask_cls, params,
+            np.array(nfa.need, dtype=np.int64), a.eps_ptr, a.eps_dst, a.call_ptr, rule_start[a.call_rule],
+            call_ret, np.array(nfa.is_end, dtype=np.uint8), a.edge_ptr, a.edge_dst, a.edge_mask, mask_cls, params,
         )
 
     def _alloc(self) -> None:
-        self._table = np.full((16, self.num_classes), UNEXPANDED, dtype=np.int32)
-        self._accepting = np.zeros(16, dtype=np.bool_)
-        self._cfg_ptr = np.zeros(17, dtype=np.int64)
-        self._cfg_data = np.empty(256, dtype=np.int64)
-        self._cfg_keys = np.zeros(64, dtype=np.int64)
-        self._cfg_vals = np.full(64, -1, dtype=np.int32)
-        self._next_same = np.full(16, -1, dtype=np.int32)
-        self._stk_ret = np.full(16, -1, dtype=np.int64)
-        self._stk_parent = np.full(16, -1, dtype=np.int64)
-        self._stk_depth = np.zeros(16, dtype=np.int64)
-        self._stk_keys = np.zeros(64, dtype=np.int64)
-        self._stk_vals = np.full(64, -1, dtype=np.int32)
+        # sized for a typical schema's first masks, so that walks rarely stop to grow a table
+        states, ints, slots, stacks = 256, 2048, 1024, 64
+        self._table = np.full((states, self.num_classes), UNEXPANDED, dtype=np.int32)
+        self._accepting = np.zeros(states, dtype=np.bool_)
+        self._cfg_ptr = np.zeros(states + 1, dtype=np.int64)
+        self._cfg_data = np.empty(ints, dtype=np.int64)
+        self._cfg_keys = np.zeros(slots, dtype=np.int64)
+        self._cfg_vals = np.full(slots, -1, dtype=np.int32)
+        self._next_same = np.full(states, -1, dtype=np.int32)
+        self._stk_ret = np.full(stacks, -1, dtype=np.int64)
+        self._stk_parent = np.full(stacks, -1, dtype=np.int64)
+        self._stk_depth = np.zeros(stacks, dtype=np.int64)
+        self._stk_keys = np.zeros(4 * stacks, dtype=np.int64)
+        self._stk_vals = np.full(4 * stacks, -1, dtype=np.int32)
         self._counts = np.array([0, 0, 1, 0, 0], dtype=np.int64)   # stack 0 is the empty stack
         self._pack()
 
