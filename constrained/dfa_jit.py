@@ -256,6 +256,10 @@ class JitDFA(LazyDFA):
                     todo.append(t)
         return len(seen)
 
+    def equivalent(self, a: int, b: int, max_pairs: int = 256) -> bool:
+        """Whether `a` and `b` accept the same language (bounded product walk; False if unsure)."""
+        return bool(self._run(self._k.equivalent, int(a), int(b), int(max_pairs)))
+
     # -- the trie walk ----------------------------------------------------------
 
     def walk_tokens(self, trie, nodes: np.ndarray, states: np.ndarray,

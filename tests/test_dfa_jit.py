@@ -127,3 +127,30 @@ def test_walk_tokens_matches_trie_walk(vocabulary):
             # next states differ in numbering; they must agree on acceptance
             got = dict(zip(ids.tolist(), (jit.is_accepting(s) for s in nxt.tolist())))
             assert got == dict(zip(want_ids.tolist(), (ref.is_accepting(s) for s in want_next.tolist())))
+
+
+def test_native_equivalence_matches_python():
+    """`JitDFA.equivalent` agrees with `slices.equivalent` (the Python product walk) on state pairs."""
+    from constrained.slices import equivalent
+
+    checked = agree_true = 0
+    for _, g, depth in corpus_grammars(25):
+        dfa = JitDFA(g, max_depth=depth)
+        states = [dfa.initial]
+        for s in states:
+            if len(states) > 40:
+                break
+            states += [t for t in set(dfa.transitions(s).tolist()) if t >= 0 and t not in states]
+        for a in states[:12]:
+            for b in states[:12]:
+                want = equivalent(dfa, a, b)
+                assert dfa.equivalent(a, b) == want, (a, b)
+                checked += 1
+    assert checked > 1000
+    # distinct states with one language: after `a` and after `c` (copies of the same suffix)
+    for pattern, x, y in [(r"(a[0-9]{1,3}|c[0-9]{0,2}[0-9])z", b"a1", b"c1"), (r"a(xy)*|c(x(yx)*y)?", b"ax", b"cx"),
+                          (r"a[0-9]+|c[0-9]*[0-9]", b"a", b"c")]:
+        dfa = JitDFA(regex_grammar(pattern))
+        a, b = dfa.walk(dfa.initial, x), dfa.walk(dfa.initial, y)
+        assert a != b and equivalent(dfa, a, b) and dfa.equivalent(a, b), pattern
+        assert not dfa.equivalent(a, dfa.initial) and not equivalent(dfa, a, dfa.initial)
