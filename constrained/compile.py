@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Hashable
 
 from constrained.errors import InvalidSchemaError
 from constrained.token_fsm import TokenFSM
+from grammars.nfa import gc_paused
 
 if TYPE_CHECKING:
     from constrained.vocab import Vocabulary
@@ -94,7 +95,12 @@ def _cached(key: Hashable, build: Callable[[], TokenFSM]) -> TokenFSM:
         if hit is not None:
             _cache.move_to_end(key)
             return hit
-    fsm = build()                                 # outside the lock: compiles may run in parallel
+    # Outside the lock: compiles may run in parallel. The cyclic GC is paused: a
+    # compile's thousands of short-lived grammar objects would otherwise be
+    # promoted to the oldest generation and trigger its full scans (25-100 ms
+    # each with a model loaded), several times over a few dozen schemas.
+    with gc_paused():
+        fsm = build()
     with _lock:
         fsm = _cache.setdefault(key, fsm)
         _cache.move_to_end(key)
