@@ -5,7 +5,7 @@ which is right for comparing engines but hides where our time goes. This
 walks the same corpus instances token by token in one process (compile cache
 cleared per schema, the vocabulary index shared as in a server) and prints
 compile / TTFM / TBM percentiles and the most expensive cases (after an untimed
-warm-up on a trivial schema); `--profile`
+warm-up on `bench.masks.WARMUP_SCHEMA`); `--profile`
 adds a cProfile table.
 
 Run: ``python -m bench.masks_inprocess [--tokenizer llama-bpe] [--schemas a b] [--profile]``
@@ -76,8 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     vocab = Vocabulary.from_tokenizer(tokenizer)
     VocabIndex.for_vocab(vocab)
     # one-time per-process costs (numba loading its compiled walk, lazy imports) stay out of the numbers
+    from bench.masks import WARMUP_SCHEMA
     from constrained.compile import clear_cache, compile_json_schema
-    compile_json_schema({"type": "string"}, vocab).guide().allowed_token_ids()
+    compile_json_schema(WARMUP_SCHEMA, vocab).guide().allowed_token_ids()
     clear_cache()
     cases = load_corpus(DEFAULT_CORPUS, args.schemas)
     prof = cProfile.Profile() if args.profile else None

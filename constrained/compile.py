@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Hashable
 
 from constrained.errors import InvalidSchemaError
 from constrained.token_fsm import TokenFSM
+from grammars.nfa import gc_paused
 
 if TYPE_CHECKING:
     from constrained.vocab import Vocabulary
@@ -72,11 +73,13 @@ def compile_json_schema(schema: Any, vocab: "Vocabulary", **options: Any) -> Tok
 
 def compile_grammar(grammar, vocab: "Vocabulary") -> TokenFSM:
     """Token FSM of a `grammars.ast.Grammar` (not cached)."""
+    from constrained.dfa_jit import native_dfa_class
     from grammars.dfa import LazyDFA
 
+    dfa_class = native_dfa_class() or LazyDFA
     # recursive grammars (JSON schema) say how deep their rule calls may nest
     max_depth = grammar.info.get("max_depth")
-    dfa = LazyDFA(grammar) if max_depth is None else LazyDFA(grammar, max_depth=int(max_depth))
+    dfa = dfa_class(grammar) if max_depth is None else dfa_class(grammar, max_depth=int(max_depth))
     return TokenFSM(dfa, vocab)
 
 
@@ -92,7 +95,12 @@ def _cached(key: Hashable, build: Callable[[], TokenFSM]) -> TokenFSM:
         if hit is not None:
             _cache.move_to_end(key)
             return hit
-    fsm = build()                                 # outside the lock: compiles may run in parallel
+    # Outside the lock: compiles may run in parallel. The cyclic GC is paused: a
+    # compile's thousands of short-lived grammar objects would otherwise be
+    # promoted to the oldest generation and trigger its full scans (25-100 ms
+    # each with a model loaded), several times over a few dozen schemas.
+    with gc_paused():
+        fsm = build()
     with _lock:
         fsm = _cache.setdefault(key, fsm)
         _cache.move_to_end(key)

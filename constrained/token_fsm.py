@@ -241,9 +241,10 @@ class TokenFSM:
         accepting = bool(dfa.is_accepting(state))
         view = self._find_view(state)
         walk_args = (dfa.byte_class, lambda: dfa.table, dfa.expand)
+        native = getattr(dfa, "walk_tokens", None)      # a JitDFA walks and expands in one kernel
         trie = self.index.trie
         if view is None:
-            ids, nxt = trie.walk(state, *walk_args)
+            ids, nxt = trie.walk(state, *walk_args, native=native)
         else:
             # nodes above the exits are inside the slice, in known states: start at the exits;
             # tokens starting with an excluded byte are walked from their root
@@ -255,7 +256,7 @@ class TokenFSM:
                 roots = roots[roots >= 0]
                 nodes = np.concatenate((nodes, roots))
                 starts = np.concatenate((starts, dfa.transitions(state)[trie.byte[roots]]))
-            ids, nxt = trie.walk_from(nodes, starts, *walk_args)
+            ids, nxt = trie.walk_from(nodes, starts, *walk_args, native=native)
         base = view.bitmask() if view is not None else None
         bitmask = ids_bitmask(ids, self.index.n_words, base)
         if accepting:

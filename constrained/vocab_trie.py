@@ -112,17 +112,21 @@ class VocabTrie:
         byte_class: np.ndarray,
         get_table: Callable[[], np.ndarray],
         expand: Callable[[np.ndarray], None],
+        native: Callable | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """All tokens readable from DFA state `start`, with the state each leads to.
 
         `get_table()` returns the current transition table (rows not yet
         computed hold -2; `expand(states)` computes them, possibly reallocating
-        the table).  Returns (token ids, next states), unordered.
+        the table).  Returns (token ids, next states), unordered.  `native`, a
+        `JitDFA.walk_tokens`, walks and computes rows in one compiled call.
 
         Wide levels are stepped with numpy; narrow ones (deep chains such as
         runs of 128 spaces) in plain Python, where a level costs ~1 us per
         node instead of ~30 us of numpy call overhead.
         """
+        if native is not None:
+            return native(self, np.array([-1], np.int32), np.array([start], np.int32), False)
         kernel = load_kernel()
         if kernel is not None:
             expand(np.array([start], dtype=np.int32))
@@ -135,8 +139,10 @@ class VocabTrie:
 
     def walk_from(self, nodes: np.ndarray, states: np.ndarray, byte_class: np.ndarray,
                   get_table: Callable[[], np.ndarray], expand: Callable[[np.ndarray], None],
-                  ) -> tuple[np.ndarray, np.ndarray]:
+                  native: Callable | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Like `walk`, from given nodes whose DFA states (after their byte) are known (-1: dead)."""
+        if native is not None:
+            return native(self, nodes, states, True)
         kernel = load_kernel()
         if kernel is not None:
             return jit_walk(self, kernel, nodes, states, True, byte_class, get_table, expand)

@@ -31,13 +31,15 @@ from __future__ import annotations
 
 import gc
 from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Iterator
 
 import numpy as np
 
 from grammars.ast import Alt, ByteSet, Grammar, Node, Ref, Repeat, Seq
 
-__all__ = ["NFA", "INF", "gc_paused", "byte_classes"]
+__all__ = ["NFA", "NFAArrays", "INF", "gc_paused", "byte_classes"]
 
 INF = 1 << 30
 
@@ -76,6 +78,34 @@ def byte_classes(masks: set[int]) -> np.ndarray:
     return np.array([index[k] for k in keys], dtype=np.int32)
 
 
+@dataclass(frozen=True, eq=False)
+class NFAArrays:
+    """An NFA's edges grouped per source state (CSR, in insertion order).
+
+    Attributes:
+        eps_ptr, eps_dst: epsilon edges of state s are eps_dst[eps_ptr[s]:eps_ptr[s + 1]].
+        edge_ptr, edge_dst, edge_mask: byte edges; `edge_mask` indexes `masks`.
+        masks: the distinct byte masks, ascending.
+        call_ptr, call_rule, call_dst: call edges (rule index, return state).
+    """
+
+    eps_ptr: np.ndarray
+    eps_dst: np.ndarray
+    edge_ptr: np.ndarray
+    edge_dst: np.ndarray
+    edge_mask: np.ndarray
+    masks: tuple[int, ...]
+    call_ptr: np.ndarray
+    call_rule: np.ndarray
+    call_dst: np.ndarray
+
+
+def _per_state(ptr: np.ndarray, items: list) -> list[tuple]:
+    """Split `items` into one tuple per state (the shared empty tuple where none)."""
+    bounds = ptr.tolist()
+    return [tuple(items[lo:hi]) if hi > lo else () for lo, hi in zip(bounds, bounds[1:])]
+
+
 def _items(node: Node) -> tuple[Node, ...]:
     """A node as a sequence of items (an `Alt` branch flattened)."""
     return node.items if type(node) is Seq else (node,)
@@ -84,8 +114,9 @@ def _items(node: Node) -> tuple[Node, ...]:
 class NFA:
     """Byte-level NFA of a grammar; rule 0 is the start rule.
 
-    Per-state adjacency (`eps`, `edges`, `calls`) is tuples, the shared empty
-    tuple for states without such edges, so an NFA costs few Python objects.
+    Edges are kept as numpy CSR arrays (`arrays`); per-state adjacency as
+    tuples (`eps`, `edges`, `calls`, the shared empty tuple for states without
+    such edges) is built on first use, for the Python DFA.
 
     Example:
         >>> from grammars.ast import Grammar, literal
@@ -127,49 +158,55 @@ class NFA:
             start = self._new()
             self.rule_start.append(start)
             self.rule_end.append(self._build(grammar.rules[name], start))
-        self._group()
+        self._masks = frozenset(self._byte_mask)
+        self.is_end: list[bool] = [False] * self._count
+        for end in self.rule_end:
+            self.is_end[end] = True
         self.max_depth = max_depth
         self.need: list[int] = self._compute_need(max_depth)
+        self.arrays = self._csr()
         del self._frags, self._dead, self._eps_src, self._eps_dst, self._byte_src, self._byte_mask, self._byte_dst
         del self._call_src, self._call_rule, self._call_dst
 
-    def _group(self) -> None:
-        """Per-state adjacency from the flat edge columns."""
+    def _csr(self) -> "NFAArrays":
+        """The flat edge columns grouped per source state, in numpy (order kept)."""
         n = self._count
-        eps: list = [()] * n
-        for a, b in zip(self._eps_src, self._eps_dst):
-            cur = eps[a]
-            if cur:
-                cur.append(b)
-            else:
-                eps[a] = [b]
-        edges: list = [()] * n
-        for a, m, b in zip(self._byte_src, self._byte_mask, self._byte_dst):
-            cur = edges[a]
-            if cur:
-                cur.append((m, b))
-            else:
-                edges[a] = [(m, b)]
-        calls: list = [()] * n
-        for a, r, b in zip(self._call_src, self._call_rule, self._call_dst):
-            cur = calls[a]
-            if cur:
-                cur.append((r, b))
-            else:
-                calls[a] = [(r, b)]
-        # Tuples of ints (and of int pairs) are untracked by the cyclic GC once
-        # seen; lists would keep ~2 tracked objects per state alive and rescanned.
-        self.eps: list[tuple[int, ...]] = [tuple(x) for x in eps]
-        self.edges: list[tuple[tuple[int, int], ...]] = [tuple(x) for x in edges]
-        self.calls: list[tuple[tuple[int, int], ...]] = [tuple(x) for x in calls]
-        self._masks = frozenset(self._byte_mask)
-        self.is_end: list[bool] = [False] * n
-        for end in self.rule_end:
-            self.is_end[end] = True
+
+        def group(src: list[int], *cols: list[int]) -> tuple[np.ndarray, ...]:
+            src_a = np.array(src, dtype=np.int64)
+            order = np.argsort(src_a, kind="stable")
+            ptr = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(np.bincount(src_a, minlength=n), out=ptr[1:])
+            return (ptr,) + tuple(np.array(c, dtype=np.int64)[order] for c in cols)
+
+        masks = tuple(sorted(self._masks))
+        mask_id = {m: i for i, m in enumerate(masks)}
+        eps_ptr, eps_dst = group(self._eps_src, self._eps_dst)
+        edge_ptr, edge_dst, edge_mask = group(self._byte_src, self._byte_dst, [mask_id[m] for m in self._byte_mask])
+        call_ptr, call_rule, call_dst = group(self._call_src, self._call_rule, self._call_dst)
+        return NFAArrays(eps_ptr, eps_dst, edge_ptr, edge_dst, edge_mask, masks, call_ptr, call_rule, call_dst)
+
+    # Per-state adjacency as tuples, for the Python DFA (built on first use).
+
+    @cached_property
+    def eps(self) -> list[tuple[int, ...]]:
+        a = self.arrays
+        return _per_state(a.eps_ptr, a.eps_dst.tolist())
+
+    @cached_property
+    def edges(self) -> list[tuple[tuple[int, int], ...]]:
+        a = self.arrays
+        masks = a.masks
+        return _per_state(a.edge_ptr, [(masks[m], t) for m, t in zip(a.edge_mask.tolist(), a.edge_dst.tolist())])
+
+    @cached_property
+    def calls(self) -> list[tuple[tuple[int, int], ...]]:
+        a = self.arrays
+        return _per_state(a.call_ptr, list(zip(a.call_rule.tolist(), a.call_dst.tolist())))
 
     @property
     def num_states(self) -> int:
-        return len(self.eps)
+        return self._count
 
     def forward(self, s: int) -> int:
         """Follow pure epsilon hops (one eps edge, nothing else) from `s`.
@@ -178,10 +215,12 @@ class NFA:
         continuations coincide (`x ("," x)*`) push the same stack entry, which
         keeps the DFA of recursive grammars from splitting equivalent states.
         """
+        a = self.arrays
+        eps_ptr, edge_ptr, call_ptr = a.eps_ptr, a.edge_ptr, a.call_ptr
         seen = {s}
-        while (len(self.eps[s]) == 1 and not self.edges[s] and not self.calls[s]
-               and not self.is_end[s] and self.eps[s][0] not in seen):
-            s = self.eps[s][0]
+        while (eps_ptr[s + 1] - eps_ptr[s] == 1 and edge_ptr[s + 1] == edge_ptr[s] and call_ptr[s + 1] == call_ptr[s]
+               and not self.is_end[s] and int(a.eps_dst[eps_ptr[s]]) not in seen):
+            s = int(a.eps_dst[eps_ptr[s]])
             seen.add(s)
         return s
 

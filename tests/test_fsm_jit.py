@@ -45,15 +45,19 @@ def _same_view(a, b) -> bool:
             and a.capacity == b.capacity and same_excluded)
 
 
-@pytest.mark.parametrize("name", ["llama-bpe", "gpt-2"])
-def test_kernels_match_numpy(name, vocabulary, monkeypatch):
+@pytest.mark.parametrize("name, dfa_kind", [("llama-bpe", "lazy"), ("gpt-2", "lazy"), ("llama-bpe", "native")])
+def test_kernels_match_numpy(name, dfa_kind, vocabulary, monkeypatch):
     """Same states, masks, next states and slice views with and without the kernels."""
     pytest.importorskip("numba")
+    from constrained.dfa_jit import native_dfa_class
+
+    dfa_class = LazyDFA if dfa_kind == "lazy" else native_dfa_class()
+    assert dfa_class is not None
     assert fsm_jit.load_kernels() is not None, "numba is installed but the kernels are off (CONSTRAINED_JIT=0?)"
     vocab = vocabulary(name)
     checked = viewed = 0
     for case, grammar, depth, texts in _cases():
-        dfa = LazyDFA(grammar, max_depth=depth)
+        dfa = dfa_class(grammar, max_depth=depth)
         compiled = _visit(dfa, texts, vocab)
         with monkeypatch.context() as m:
             m.setattr(fsm_jit, "load_kernels", lambda: None)

@@ -1,0 +1,295 @@
+"""The lazy DFA with its rows computed by compiled code (numba), when available.
+
+`grammars.dfa.LazyDFA` determinizes one row at a time in Python, ~20 us a row;
+a schema's first masks reach a few hundred rows, so that was the largest cost
+of a state's first visit.  `JitDFA` is the same automaton (same NFA, byte
+classes, pruning and language; state ids may be numbered differently) whose
+rows are computed by the kernels of `constrained.dfa_kernels`, and whose trie
+walk computes the rows it meets in place instead of returning to Python.
+
+numba is optional (``pip install constrained[fast]``); `native_dfa_class()`
+returns None without it or with ``CONSTRAINED_JIT=0``, and `LazyDFA` is used.
+
+Example:
+    >>> from grammars.ast import Grammar, literal, star
+    >>> cls = native_dfa_class() or LazyDFA
+    >>> dfa = cls(Grammar({"start": star(literal(b"ab"))}))
+    >>> dfa.matches(b"abab"), dfa.matches(b"aba")
+    (True, False)
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Iterable
+
+import numpy as np
+
+from grammars.dfa import DEAD, UNEXPANDED, LazyDFA
+from grammars.errors import StateBudgetError
+from grammars.nfa import NFA
+
+__all__ = ["JitDFA", "native_dfa_class"]
+
+_lock = threading.Lock()
+_kernels: Any = None
+_loaded = False
+
+
+def load_kernels() -> Any:
+    """The `constrained.dfa_kernels` module, or None (numba missing, or ``CONSTRAINED_JIT=0``)."""
+    global _kernels, _loaded
+    if _loaded:
+        return _kernels
+    with _lock:
+        if not _loaded:
+            if os.environ.get("CONSTRAINED_JIT", "1") != "0":
+                try:
+                    from constrained import dfa_kernels
+                    _kernels = dfa_kernels
+                except ImportError:
+                    _kernels = None
+            _loaded = True
+            if _kernels is not None:
+                _warm_up()
+    return _kernels
+
+
+def _warm_up() -> None:
+    """Load every kernel (from numba's on-disk cache) now, so that no compile or first mask pays for it."""
+    from constrained.vocab_trie import VocabTrie
+    from grammars.ast import Grammar, Ref, literal, optional, seq
+
+    # nested parentheses: enough states, stacks and interned sets to grow every table once
+    dfa = JitDFA(Grammar({"start": seq(literal(b"("), optional(Ref("start")), literal(b")"))}), max_depth=48)
+    dfa.explore()
+    trie = VocabTrie.build([b"[", b"[1", b"12]", b"]"])
+    dfa.walk_tokens(trie, np.array([-1], np.int32), np.array([dfa.initial], np.int32), False)
+
+
+def native_dfa_class() -> type[LazyDFA] | None:
+    """`JitDFA` when its kernels load, else None."""
+    return JitDFA if load_kernels() is not None else None
+
+
+class JitDFA(LazyDFA):
+    """`LazyDFA` whose rows are computed natively (see the module docstring).
+
+    Args:
+        grammar, max_states, max_depth: as for `LazyDFA`.
+
+    Example:
+        >>> from grammars.ast import Grammar, byte_range, plus
+        >>> dfa = JitDFA(Grammar({"start": plus(byte_range(48, 57))}))
+        >>> s = dfa.walk(dfa.initial, b"42")
+        >>> dfa.is_accepting(s), dfa.num_classes
+        (True, 2)
+    """
+
+    def __init__(self, grammar, *, max_states: int = 100_000, max_depth: int = 64) -> None:
+        if max_depth < 0:
+            raise ValueError(f"max_depth must be >= 0, got {max_depth}")
+        self._k = load_kernels()
+        if self._k is None:
+            raise ImportError("JitDFA needs numba: pip install 'constrained[fast]'")
+        self.grammar = grammar
+        self.max_states = max_states
+        self.max_depth = max_depth
+        self.nfa = nfa = NFA(grammar, max_depth=max_depth)
+        self._n = nfa.num_states
+        self._init_classes(nfa.masks())
+        self._trans: dict[int, np.ndarray] = {}
+        self._N = self._nfa_arrays(nfa)
+        self._alloc()
+        self.initial: int = self._run(self._k.start_state, nfa.rule_start[0])
+
+    # -- arrays ---------------------------------------------------------------
+
+    def _nfa_arrays(self, nfa: NFA) -> tuple:
+        a = nfa.arrays
+        masks = a.masks
+        mask_cls = np.zeros((max(len(masks), 1), self.num_classes), dtype=np.uint8)
+        if masks:
+            raw = np.frombuffer(b"".join(m.to_bytes(32, "little") for m in masks), np.uint8)
+            bits = np.unpackbits(raw.reshape(len(masks), 32), axis=1, bitorder="little")
+            mask_cls[:] = bits[:, self._class_rep]       # a class is in a mask iff its bytes are
+        rule_start = np.array(nfa.rule_start, dtype=np.int64)
+        # return states are canonicalized as in LazyDFA (see `NFA.forward`)
+        call_ret = np.array([nfa.forward(t) for t in a.call_dst.tolist()], dtype=np.int64)
+        params = np.array([self._n, self.max_depth, self.max_states, self.num_classes], dtype=np.int64)
+        return (
+            np.array(nfa.need, dtype=np.int64), a.eps_ptr, a.eps_dst, a.call_ptr, rule_start[a.call_rule],
+            call_ret, np.array(nfa.is_end, dtype=np.uint8), a.edge_ptr, a.edge_dst, a.edge_mask, mask_cls, params,
+        )
+
+    def _alloc(self) -> None:
+        # sized for a typical schema's first masks, so that walks rarely stop to grow a table
+        states, ints, slots, stacks = 256, 2048, 1024, 64
+        self._table = np.full((states, self.num_classes), UNEXPANDED, dtype=np.int32)
+        self._accepting = np.zeros(states, dtype=np.bool_)
+        self._cfg_ptr = np.zeros(states + 1, dtype=np.int64)
+        self._cfg_data = np.empty(ints, dtype=np.int64)
+        self._cfg_keys = np.zeros(slots, dtype=np.int64)
+        self._cfg_vals = np.full(slots, -1, dtype=np.int32)
+        self._next_same = np.full(states, -1, dtype=np.int32)
+        self._stk_ret = np.full(stacks, -1, dtype=np.int64)
+        self._stk_parent = np.full(stacks, -1, dtype=np.int64)
+        self._stk_depth = np.zeros(stacks, dtype=np.int64)
+        self._stk_keys = np.zeros(4 * stacks, dtype=np.int64)
+        self._stk_vals = np.full(4 * stacks, -1, dtype=np.int32)
+        self._counts = np.array([0, 0, 1, 0, 0], dtype=np.int64)   # stack 0 is the empty stack
+        self._pack()
+
+    def _pack(self) -> None:
+        self._S = (self._table, self._accepting, self._cfg_ptr, self._cfg_data, self._cfg_keys, self._cfg_vals,
+                   self._next_same, self._stk_ret, self._stk_parent, self._stk_depth, self._stk_keys,
+                   self._stk_vals, self._counts)
+
+    def _grow(self, status: int) -> None:
+        k = self._k
+        if status == k.BUDGET:
+            raise StateBudgetError(self.max_states, "DFA")
+        if status == k.GROW_STATES:
+            cap = 2 * len(self._table)
+            table = np.full((cap, self.num_classes), UNEXPANDED, dtype=np.int32)
+            table[: len(self._table)] = self._table
+            self._table = table
+            self._accepting = _grown(self._accepting, cap, False)
+            self._cfg_ptr = _grown(self._cfg_ptr, cap + 1, 0)
+            self._next_same = _grown(self._next_same, cap, -1)
+        elif status == k.GROW_CFG:
+            self._cfg_data = _grown(self._cfg_data, 2 * len(self._cfg_data), 0)
+        elif status == k.GROW_STACKS:
+            cap = 2 * len(self._stk_ret)
+            self._stk_ret = _grown(self._stk_ret, cap, -1)
+            self._stk_parent = _grown(self._stk_parent, cap, -1)
+            self._stk_depth = _grown(self._stk_depth, cap, 0)
+        elif status == k.GROW_CFG_HT:
+            self._cfg_keys, self._cfg_vals = self._rehashed(self._cfg_keys, self._cfg_vals)
+        elif status == k.GROW_STACK_HT:
+            self._stk_keys, self._stk_vals = self._rehashed(self._stk_keys, self._stk_vals)
+        else:
+            raise RuntimeError(f"unknown DFA kernel status {status}")
+        self._pack()
+
+    def _rehashed(self, keys: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        new_keys = np.zeros(4 * len(keys), dtype=keys.dtype)
+        new_vals = np.full(4 * len(keys), -1, dtype=vals.dtype)
+        self._k.rehash(keys, vals, new_keys, new_vals)
+        return new_keys, new_vals
+
+    def _run(self, kernel, *args) -> int:
+        """Call a kernel returning (status, value), growing the arrays until it succeeds."""
+        while True:
+            status, value = kernel(self._N, self._S, *args)
+            if status == 0:
+                return int(value)
+            self._grow(int(status))
+
+    # -- the LazyDFA interface -------------------------------------------------
+
+    @property
+    def num_states(self) -> int:
+        return int(self._counts[0])
+
+    @property
+    def is_empty(self) -> bool:
+        return self._cfg_ptr[self.initial + 1] == self._cfg_ptr[self.initial]
+
+    @property
+    def nbytes(self) -> int:
+        arrays = self._S[:-1] + self._N
+        return int(sum(a.nbytes for a in arrays) + 120 * self._n + 2100 * len(self._trans))
+
+    def expand(self, states: Iterable[int] | np.ndarray) -> None:
+        todo = np.asarray(states, dtype=np.int64).ravel()
+        todo = todo[todo >= 0]
+        if not len(todo) or (self._table[todo, 0] != UNEXPANDED).all():
+            return
+        todo = np.ascontiguousarray(todo)
+        while len(todo):
+            status, done = self._k.expand_rows(self._N, self._S, todo)
+            if status == 0:
+                return
+            self._grow(int(status))
+            todo = todo[done:]
+
+    def _expand_one(self, state: int) -> tuple[int, ...]:
+        if self._table[state, 0] == UNEXPANDED:
+            self.expand(np.array([state], dtype=np.int64))
+        return tuple(self._table[state].tolist())
+
+    def next_state(self, state: int, byte: int) -> int:
+        if self._table[state, 0] == UNEXPANDED:
+            self._expand_one(state)
+        return int(self._table[state, self._bc[byte]])
+
+    def transitions(self, state: int) -> np.ndarray:
+        out = self._trans.get(state)
+        if out is None:
+            if self._table[state, 0] == UNEXPANDED:
+                self._expand_one(state)
+            out = self._table[state][self.byte_class]
+            out.flags.writeable = False
+            self._trans[state] = out
+        return out
+
+    def walk(self, state: int, data: bytes) -> int:
+        bc = self._bc
+        for byte in data:
+            if state < 0:
+                return DEAD
+            state = self.next_state(state, byte) if self._table[state, 0] == UNEXPANDED \
+                else int(self._table[state, bc[byte]])
+        return state
+
+    def explore(self) -> int:
+        todo = [self.initial]
+        seen = {self.initial}
+        while todo:
+            s = todo.pop()
+            self._expand_one(s)
+            for t in set(self._table[s].tolist()):
+                if t >= 0 and t not in seen:
+                    seen.add(t)
+                    todo.append(t)
+        return len(seen)
+
+    def equivalent(self, a: int, b: int, max_pairs: int = 256) -> bool:
+        """Whether `a` and `b` accept the same language (bounded product walk; False if unsure)."""
+        return bool(self._run(self._k.equivalent, int(a), int(b), int(max_pairs)))
+
+    # -- the trie walk ----------------------------------------------------------
+
+    def walk_tokens(self, trie, nodes: np.ndarray, states: np.ndarray,
+                    emit_first: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Tokens readable from (trie node, DFA state) pairs; see `walk_jit`. Rows are computed in place."""
+        out_ids = np.empty(trie.n_tokens, np.int32)
+        out_next = np.empty(trie.n_tokens, np.int32)
+        pend_nodes = np.empty(trie.n_nodes + len(nodes) + 1, np.int32)
+        pend_states = np.empty(trie.n_nodes + len(nodes) + 1, np.int32)
+        nodes = np.ascontiguousarray(nodes, dtype=np.int32)
+        states = np.ascontiguousarray(states, dtype=np.int32)
+        ids_buf, next_buf = out_ids, out_next
+        got = 0
+        while True:
+            n_out, n_pend, status = self._k.walk_native(
+                nodes, states, emit_first, trie.n_roots, trie.byte, trie.child_lo, trie.child_hi, trie.term_lo,
+                trie.term_hi, trie.term_ids, self.byte_class, self._N, self._S,
+                out_ids, out_next, pend_nodes, pend_states)
+            if not n_pend:
+                break
+            self._grow(int(status))
+            out_ids, out_next = out_ids[n_out:], out_next[n_out:]
+            got += n_out
+            nodes, states = pend_nodes[:n_pend].copy(), pend_states[:n_pend].copy()
+            emit_first = False
+        total = got + n_out
+        return ids_buf[:total], next_buf[:total]
+
+
+def _grown(a: np.ndarray, size: int, fill: Any) -> np.ndarray:
+    out = np.full(size, fill, dtype=a.dtype)
+    out[: len(a)] = a
+    return out

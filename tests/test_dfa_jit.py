@@ -1,0 +1,156 @@
+"""The native lazy DFA (`constrained.dfa_jit.JitDFA`) against the Python one (`grammars.dfa.LazyDFA`)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from bench.corpus import DEFAULT_CORPUS, load_corpus
+from grammars.ast import NOTHING, Grammar, Ref, alt, literal, optional, seq
+from grammars.dfa import LazyDFA
+from grammars.errors import StateBudgetError
+from grammars.json_schema import json_schema_grammar
+from grammars.regex import regex_grammar
+from tests.test_dfa import brackets, json_like
+
+pytest.importorskip("numba")
+from constrained.dfa_jit import JitDFA, load_kernels  # noqa: E402
+
+REGEXES = [r"[a-z]+@[a-z]+\.(com|org)", r"(ab|a)*b?", r"\d{2,5}(\.\d+)?", r"([^\x00-\x2f]|[0-9_])+", r"(a|b)*a(a|b){4}"]
+
+
+def corpus_grammars(limit: int | None = None) -> list[tuple[str, Grammar, int]]:
+    out = []
+    for case in load_corpus(DEFAULT_CORPUS, None)[:limit]:
+        try:
+            g = json_schema_grammar(case.schema)
+        except ValueError:
+            continue
+        out.append((case.name, g, int(g.info.get("max_depth", 64))))
+    return out
+
+
+def same_language(a, b, max_pairs: int = 4000) -> int:
+    """Product walk from both initial states: the same bytes lead to states agreeing on
+    acceptance and death. Returns the number of state pairs checked."""
+    assert a.num_classes == b.num_classes
+    assert np.array_equal(a.byte_class, b.byte_class)
+    todo = [(a.initial, b.initial)]
+    seen = set(todo)
+    while todo and len(seen) < max_pairs:
+        x, y = todo.pop()
+        assert (x < 0) == (y < 0), (x, y)
+        if x < 0:
+            continue
+        assert a.is_accepting(x) == b.is_accepting(y), (x, y)
+        for pair in zip(a.transitions(x).tolist(), b.transitions(y).tolist()):
+            if pair not in seen:
+                seen.add(pair)
+                todo.append(pair)
+    return len(seen)
+
+
+def test_kernels_load():
+    assert load_kernels() is not None, "numba is installed but the native DFA is off (CONSTRAINED_JIT=0?)"
+
+
+@pytest.mark.parametrize("pattern", REGEXES)
+def test_regex_languages_agree(pattern):
+    g = regex_grammar(pattern)
+    assert same_language(JitDFA(g), LazyDFA(g)) > 3
+
+
+@pytest.mark.parametrize("make,depth", [(json_like, 12), (brackets, 20)])
+def test_recursive_languages_agree(make, depth):
+    g = make()
+    jit, ref = JitDFA(g, max_depth=depth), LazyDFA(g, max_depth=depth)
+    assert same_language(jit, ref) > 50
+    for text in [b"[1,[2,[3]]]", b'{"a":[1,{"b":null}]}', b"(()())", b"((", b"[1,]"]:
+        assert jit.matches(text) == ref.matches(text), text
+
+
+def test_schema_corpus_languages_agree():
+    checked = 0
+    for name, g, depth in corpus_grammars():
+        jit, ref = JitDFA(g, max_depth=depth), LazyDFA(g, max_depth=depth)
+        assert jit.is_empty == ref.is_empty, name
+        checked += same_language(jit, ref, max_pairs=1500)
+    assert checked > 20_000
+
+
+def test_corpus_instances_match():
+    cases = {c.name: c for c in load_corpus(DEFAULT_CORPUS, None)}
+    n = 0
+    for name, g, depth in corpus_grammars(30):
+        jit, ref = JitDFA(g, max_depth=depth), LazyDFA(g, max_depth=depth)
+        for test in cases[name].tests:
+            data = json.dumps(test["data"], ensure_ascii=False).encode()
+            assert jit.matches(data) == ref.matches(data), (name, test["description"])
+            n += 1
+    assert n > 100
+
+
+def test_budget_empty_and_sizes():
+    g = regex_grammar(r"[a-z]{0,40}")
+    with pytest.raises(StateBudgetError):
+        JitDFA(g, max_states=10).explore()
+    assert JitDFA(Grammar({"start": NOTHING})).is_empty
+    nested = Grammar({"start": seq(literal(b"("), optional(Ref("start")), literal(b")"))})
+    dfa = JitDFA(nested, max_depth=40)
+    assert dfa.explore() == LazyDFA(nested, max_depth=40).explore()
+    assert dfa.matches(b"(" * 40 + b")" * 40) and not dfa.matches(b"(" * 42 + b")" * 42)
+    assert dfa.nbytes > 0 and dfa.table.shape == (dfa.num_states, dfa.num_classes)
+    with pytest.raises(ValueError, match="max_depth"):
+        JitDFA(alt_grammar(), max_depth=-1)
+
+
+def alt_grammar() -> Grammar:
+    return Grammar({"start": alt(literal(b"a"), literal(b"b"))})
+
+
+def test_walk_tokens_matches_trie_walk(vocabulary):
+    """The in-kernel walk (rows computed as met) reads the same tokens as the numpy trie walk."""
+    from constrained.vocab_index import VocabIndex
+
+    trie = VocabIndex.for_vocab(vocabulary("gpt-2")).trie
+    for _, g, depth in corpus_grammars(12):
+        jit, ref = JitDFA(g, max_depth=depth), LazyDFA(g, max_depth=depth)
+        for text in [b"", b"{", b'{"', b"[", b'"']:
+            x, y = jit.walk(jit.initial, text), ref.walk(ref.initial, text)
+            if x < 0:
+                continue
+            ids, nxt = jit.walk_tokens(trie, np.array([-1], np.int32), np.array([x], np.int32), False)
+            want_ids, want_next = trie.walk(y, ref.byte_class, lambda: ref.table, ref.expand)
+            assert sorted(ids.tolist()) == sorted(want_ids.tolist())
+            # next states differ in numbering; they must agree on acceptance
+            got = dict(zip(ids.tolist(), (jit.is_accepting(s) for s in nxt.tolist())))
+            assert got == dict(zip(want_ids.tolist(), (ref.is_accepting(s) for s in want_next.tolist())))
+
+
+def test_native_equivalence_matches_python():
+    """`JitDFA.equivalent` agrees with `slices.equivalent` (the Python product walk) on state pairs."""
+    from constrained.slices import equivalent
+
+    checked = agree_true = 0
+    for _, g, depth in corpus_grammars(25):
+        dfa = JitDFA(g, max_depth=depth)
+        states = [dfa.initial]
+        for s in states:
+            if len(states) > 40:
+                break
+            states += [t for t in set(dfa.transitions(s).tolist()) if t >= 0 and t not in states]
+        for a in states[:12]:
+            for b in states[:12]:
+                want = equivalent(dfa, a, b)
+                assert dfa.equivalent(a, b) == want, (a, b)
+                checked += 1
+    assert checked > 1000
+    # distinct states with one language: after `a` and after `c` (copies of the same suffix)
+    for pattern, x, y in [(r"(a[0-9]{1,3}|c[0-9]{0,2}[0-9])z", b"a1", b"c1"), (r"a(xy)*|c(x(yx)*y)?", b"ax", b"cx"),
+                          (r"a[0-9]+|c[0-9]*[0-9]", b"a", b"c")]:
+        dfa = JitDFA(regex_grammar(pattern))
+        a, b = dfa.walk(dfa.initial, x), dfa.walk(dfa.initial, y)
+        assert a != b and equivalent(dfa, a, b) and dfa.equivalent(a, b), pattern
+        assert not dfa.equivalent(a, dfa.initial) and not equivalent(dfa, a, dfa.initial)
