@@ -54,6 +54,10 @@ class Engine:
     def matcher(self, compiled: Any) -> Any:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def held_bytes(self, compiled: Any) -> int | None:
+        """Bytes the compiled schema holds by the engine's own count, where it has one."""
+        return None
+
     def version(self) -> str:
         from importlib.metadata import PackageNotFoundError, version
 
@@ -89,6 +93,9 @@ class Ours(Engine):
             return compile_json_schema(schema, self.vocab)
         except ConstraintError as e:
             raise Unsupported(f"{type(e).__name__}: {e}") from None
+
+    def held_bytes(self, compiled: Any) -> int | None:
+        return int(compiled.nbytes + compiled.dfa.nbytes)   # per-state masks + DFA tables (not the shared index)
 
     def matcher(self, compiled: Any) -> Any:
         guide = compiled.guide()

@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -159,6 +160,7 @@ def _case_worker(send: Callable[[dict], None], engine: Engine, schema: Any, walk
     engine.prepare_child()
     buf = np.zeros(n_words, dtype=np.int32)
     _warm_child(engine, buf)
+    rss0 = _rss_bytes()
     t0 = time.perf_counter_ns()
     try:
         compiled = engine.compile(schema)
@@ -170,6 +172,24 @@ def _case_worker(send: Callable[[dict], None], engine: Engine, schema: Any, walk
     m.fill(buf)
     t2 = time.perf_counter_ns()
     send({"event": "compile", "status": "ok", "compile_ns": t1 - t0, "ttfm_ns": t2 - t0})
+    try:
+        _walk_all(send, engine, compiled, m, buf, walks, eos)
+    finally:
+        # what the schema cost in memory once every test was walked (its visited states included)
+        send({"event": "memory", "rss_growth": _rss_bytes() - rss0, "held": engine.held_bytes(compiled)})
+
+
+def _rss_bytes() -> int:
+    """Resident set size of this process (Linux /proc; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _walk_all(send: Callable[[dict], None], engine: Engine, compiled: Any, m: Any, buf: np.ndarray,
+              walks: list[Walk], eos: int) -> None:
     for i, walk in enumerate(walks):
         try:
             if i:
@@ -195,6 +215,7 @@ def case_record(engine: str, case: Case, walks: list[Walk], outcome: Any,
     """One JSON line for an (engine, schema) run from the worker's messages."""
     comp = next((m for m in outcome.messages if m["event"] == "compile"), None)
     done = [m for m in outcome.messages if m["event"] == "walk"]
+    mem = next((m for m in outcome.messages if m["event"] == "memory"), {})
     mask_ns = [t for m in done for t in m["mask_ns"]]
     adv_ns = [t for m in done for t in m["adv_ns"]]
     status = comp["status"] if comp else outcome.status
@@ -214,6 +235,8 @@ def case_record(engine: str, case: Case, walks: list[Walk], outcome: Any,
         "walk_errors": sum(1 for m in done if m["accepted"] is None),
         "inconsistent": sum(1 for m in done if m["note"].startswith("token in the mask")),
         "late_failure": outcome.status if comp and outcome.status != "ok" else "",
+        "rss_growth_mb": round(mem["rss_growth"] / 2**20, 2) if "rss_growth" in mem else None,
+        "held_mb": round(mem["held"] / 2**20, 3) if mem.get("held") is not None else None,
         "wall_s": round(outcome.wall_s, 3),
     }
     by_key = {(w.test, w.style): w for w in walks}

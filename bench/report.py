@@ -35,7 +35,8 @@ def _r(x: float | None, nd: int = 1) -> float | None:
 def masks_summary(records: list[dict], engines: dict[str, dict]) -> str:
     """Per-engine totals: compile failures by kind, TTFM, TBM, valid rejected, invalid accepted."""
     header = ["engine", "vocab setup s", "schemas ok", "unsupported", "timeout", "oom", "crash", "TTFM mean ms", "TTFM p50 ms",
-              "TBM mean µs", "TBM p50 µs", "TBM p99 µs", "valid rejected", "invalid accepted", "all tests pass"]
+              "TBM mean µs", "TBM p50 µs", "TBM p99 µs", "RSS growth MB p50 / max", "valid rejected", "invalid accepted",
+              "all tests pass"]
     rows = []
     for name, info in engines.items():
         if "engine" not in info:
@@ -52,12 +53,14 @@ def masks_summary(records: list[dict], engines: dict[str, dict]) -> str:
         it = sum(r["invalid_total"] for r in ok)
         passing = sum(1 for r in ok if not r["late_failure"] and r["walks_done"] == r["walks"]
                       and not (r["valid_rejected"] or r["invalid_accepted"] or r["walk_errors"]))
+        growth = [r["rss_growth_mb"] for r in ok if r.get("rss_growth_mb") is not None]
         rows.append([
             f"{name} {info['version']}", info["setup_s"], f"{len(ok)}/{len(recs)}", fails["unsupported"], fails["timeout"],
             fails["oom"], fails["crash"], _r(np.mean(ttfm)) if ttfm else None,
             _r(np.median(ttfm)) if ttfm else None,
             _r(pooled.mean()) if pooled.size else None, _r(np.percentile(pooled, 50)) if pooled.size else None,
             _r(np.percentile(pooled, 99)) if pooled.size else None,
+            f"{_r(np.median(growth))} / {_r(max(growth))}" if growth else None,
             f"{vr}/{vt}", f"{ia}/{it}", f"{passing}/{len(recs)}",
         ])
     return table(header, rows)

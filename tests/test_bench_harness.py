@@ -105,6 +105,8 @@ def test_masks_suite_counts_on_a_real_tokenizer(tmp_path, hf_tok, vocabulary):
     assert by["ours"]["status"] == "ok" and by["ours"]["walks_done"] == 6
     assert (by["ours"]["valid_rejected"], by["ours"]["invalid_accepted"]) == (0, 0)
     assert by["ours"]["masks"] > 10 and by["ours"]["ttfm_ms"] > 0
+    assert by["ours"]["held_mb"] > 0 and by["accept-all"]["held_mb"] is None   # only ours counts its own bytes
+    assert by["ours"]["rss_growth_mb"] is not None
     assert (by["accept-all"]["valid_rejected"], by["accept-all"]["invalid_accepted"]) == (0, 4)
     assert by["accept-all"]["failures"][0]["description"] == "" and not by["accept-all"]["failures"][0]["valid"]
     summary = masks_summary(recs, engines)
