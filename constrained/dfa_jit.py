@@ -265,19 +265,16 @@ class JitDFA(LazyDFA):
     def walk_tokens(self, trie, nodes: np.ndarray, states: np.ndarray,
                     emit_first: bool) -> tuple[np.ndarray, np.ndarray]:
         """Tokens readable from (trie node, DFA state) pairs; see `walk_jit`. Rows are computed in place."""
-        out_ids = np.empty(trie.n_tokens, np.int32)
-        out_next = np.empty(trie.n_tokens, np.int32)
-        pend_nodes = np.empty(trie.n_nodes + len(nodes) + 1, np.int32)
-        pend_states = np.empty(trie.n_nodes + len(nodes) + 1, np.int32)
         nodes = np.ascontiguousarray(nodes, dtype=np.int32)
         states = np.ascontiguousarray(states, dtype=np.int32)
+        out_ids, out_next, pend_nodes, pend_states, stack_n, stack_s = _scratch(trie, len(nodes))
         ids_buf, next_buf = out_ids, out_next
         got = 0
         while True:
             n_out, n_pend, status = self._k.walk_native(
                 nodes, states, emit_first, trie.n_roots, trie.byte, trie.child_lo, trie.child_hi, trie.term_lo,
                 trie.term_hi, trie.term_ids, self.byte_class, self._N, self._S,
-                out_ids, out_next, pend_nodes, pend_states)
+                out_ids, out_next, pend_nodes, pend_states, stack_n, stack_s)
             if not n_pend:
                 break
             self._grow(int(status))
@@ -286,7 +283,23 @@ class JitDFA(LazyDFA):
             nodes, states = pend_nodes[:n_pend].copy(), pend_states[:n_pend].copy()
             emit_first = False
         total = got + n_out
-        return ids_buf[:total], next_buf[:total]
+        return ids_buf[:total].copy(), next_buf[:total].copy()
+
+
+_local = threading.local()
+
+
+def _scratch(trie, n_start: int) -> list[np.ndarray]:
+    """This thread's walk buffers, reused across walks: fresh ones cost page faults
+    on every walk (megabytes on a 128k vocabulary), worst in a forked worker."""
+    tokens, nodes = trie.n_tokens, trie.n_nodes + n_start + 1
+    bufs = getattr(_local, "bufs", None)
+    if bufs is None or len(bufs[0]) < tokens or len(bufs[2]) < nodes:
+        tokens = max(tokens, len(bufs[0]) if bufs else 0)
+        nodes = max(nodes + 64, len(bufs[2]) if bufs else 0)
+        bufs = _local.bufs = [np.empty(tokens, np.int32), np.empty(tokens, np.int32)] + [
+            np.empty(nodes, np.int32) for _ in range(4)]
+    return bufs
 
 
 def _grown(a: np.ndarray, size: int, fill: Any) -> np.ndarray:

@@ -347,16 +347,15 @@ def rehash(keys, vals, new_keys, new_vals):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def walk_native(nodes, states, emit_first, n_roots, byte, child_lo, child_hi, term_lo, term_hi,
-                term_ids, byte_class, N, S, out_ids, out_next, pend_nodes, pend_states):  # pragma: no cover
+def walk_native(nodes, states, emit_first, n_roots, byte, child_lo, child_hi, term_lo, term_hi, term_ids,
+                byte_class, N, S, out_ids, out_next, pend_nodes, pend_states, stack_n, stack_s):  # pragma: no cover
     """`walk_jit`'s trie walk, computing missing DFA rows in place.
 
     Pairs whose row could not be computed (a table must grow first) are
-    handed back in `pend_*`. Returns (tokens written, pairs pending, status).
+    handed back in `pend_*`; `stack_*` are scratch (n_nodes + len(nodes) + 1
+    each). Returns (tokens written, pairs pending, status).
     """
     table = S[0]
-    stack_n = np.empty(len(byte) + len(nodes) + 1, np.int32)
-    stack_s = np.empty(len(byte) + len(nodes) + 1, np.int32)
     sp = 0
     n_out = 0
     n_pend = 0
