@@ -59,8 +59,11 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--styles", nargs="+", default=["compact", "default"], choices=["compact", "default"])
     m.add_argument("--schemas", nargs="+", help="only these case names")
     m.add_argument("--quick", action="store_true", help="a small subset of the default corpus")
-    m.add_argument("--time-limit", type=float, default=20.0, help="seconds per (engine, schema) worker")
+    m.add_argument("--time-limit", type=float, default=20.0, help="seconds per (engine, schema)")
     m.add_argument("--mem-limit-gb", type=float, default=4.0, help="extra address space per worker")
+    m.add_argument("--isolation", choices=["engine", "case"], default="engine",
+                   help="one long-lived worker per engine (a server's steady state; default) or a fresh "
+                        "forked worker per (engine, schema) (adds copy-on-write page faults)")
     m.add_argument("--jsonl", help="write the JSON lines here instead of stdout")
     m.set_defaults(run=_run_masks)
 
@@ -139,19 +142,21 @@ def _run_masks(args: argparse.Namespace, emit: Callable[[dict], None], say: Call
     engines = setup_engines(args.engines, tok, vocab, log)
     header = {"suite": "masks", "event": "setup", "tokenizer": args.tokenizer, "vocab_size": vocab.size,
               "machine": machine(), "styles": {s: repr(STYLES[s]) for s in args.styles},
-              "time_limit_s": args.time_limit, "mem_limit_gb": args.mem_limit_gb, "schemas": len(cases),
+              "time_limit_s": args.time_limit, "mem_limit_gb": args.mem_limit_gb, "isolation": args.isolation,
+              "schemas": len(cases),
               "engines": {n: {k: v for k, v in i.items() if k != "engine"} for n, i in engines.items()}}
     emit(header)
     records = run_masks(cases, engines, tok, vocab, args.styles, time_limit=args.time_limit,
-                        mem_limit=int(args.mem_limit_gb * (1 << 30)), emit=emit, log=log)
+                        mem_limit=int(args.mem_limit_gb * (1 << 30)), emit=emit, isolation=args.isolation, log=log)
     say(f"\n## masks: {len(cases)} schemas, tokenizer {args.tokenizer} ({vocab.size} tokens), {machine()}")
     say("styles: " + "; ".join(f"{s} = json.dumps(**{STYLES[s]!r})" for s in args.styles)
         + "; object members in schema order")
     for name, info in engines.items():
         if "engine" in info:
             say(f"- {name}: {info['engine'].settings}")
-    say(f"limits per (engine, schema): {args.time_limit:g}s, +{args.mem_limit_gb:g} GiB address space; "
-        f"wall {time.perf_counter() - t0:.0f}s\n")
+    worker = "one worker per engine" if args.isolation == "engine" else "a fresh worker per (engine, schema)"
+    say(f"isolation: {worker}; limits per (engine, schema): {args.time_limit:g}s, +{args.mem_limit_gb:g} GiB "
+        f"address space; wall {time.perf_counter() - t0:.0f}s\n")
     say(masks_summary(records, engines))
     say("\nHead to head (ratios < 1: ours is faster):\n")
     say(masks_head_to_head(records))

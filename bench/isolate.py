@@ -29,7 +29,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-__all__ = ["Outcome", "run_isolated"]
+__all__ = ["Outcome", "run_isolated", "run_sequence"]
 
 # Words in a dying worker's stderr that mean it ran out of memory (Rust and C++ allocators abort).
 _OOM_MARKERS = ("memory allocation of", "bad_alloc", "MemoryError", "Cannot allocate memory", "out of memory")
@@ -86,6 +86,98 @@ def run_isolated(target: Callable[..., None], args: tuple, *, time_limit: float,
     if timed_out:
         return Outcome("timeout", messages, f"killed after {time_limit:g}s", wall)
     return _failure(messages, proc.exitcode, stderr_tail, wall)
+
+
+def run_sequence(target: Callable[..., None], items: list, *, time_limit: float, mem_limit: int) -> list[Outcome]:
+    """Run ``target(send, todo)`` in one long-lived forked worker over `items`; one `Outcome` per item.
+
+    `todo` is the list of (index, item) pairs still to do. The target sends
+    ``{"event": "item_start", "i": k}`` before item k and ``{"event": "item_done", "i": k}``
+    after it; every message in between belongs to item k. Each item gets
+    `time_limit` seconds from its start. An item that times out or kills the
+    worker gets that failure; a fresh worker then goes on with the next item.
+    The target may also return early (e.g. after its memory grew too much): a
+    fresh worker picks up where it stopped.
+
+    Example:
+        >>> def work(send, todo):
+        ...     for k, n in todo:
+        ...         send({"event": "item_start", "i": k})
+        ...         send({"event": "value", "n": n * 2})
+        ...         send({"event": "item_done", "i": k})
+        >>> [o.messages[0]["n"] for o in run_sequence(work, [1, 2], time_limit=10, mem_limit=1 << 30)]
+        [2, 4]
+    """
+    ctx = multiprocessing.get_context("fork")
+    gc.collect()
+    gc.freeze()
+    outcomes: list[Outcome | None] = [None] * len(items)
+    k = 0
+    while k < len(items):
+        before = k
+        todo = list(enumerate(items))[k:]
+        reader, writer = ctx.Pipe(duplex=False)
+        with tempfile.TemporaryFile() as err:
+            proc = ctx.Process(target=_child, args=(writer, target, (todo,), mem_limit, err.fileno()), daemon=True)
+            proc.start()
+            writer.close()
+            k = _collect_sequence(reader, proc, time_limit, outcomes, k)
+            if proc.is_alive():
+                proc.kill()
+            proc.join()
+            err.seek(0)
+            stderr_tail = err.read()[-2000:].decode("utf-8", "replace").strip()
+        reader.close()
+        if k < len(items) and outcomes[k] is not None and outcomes[k].status == "?":
+            # the worker died inside item k: say how
+            failed = outcomes[k]
+            outcomes[k] = _failure(failed.messages, proc.exitcode, stderr_tail, failed.wall_s)
+            k += 1
+        elif k == before and k < len(items) and outcomes[k] is None:
+            # died before starting item k (e.g. in its warm-up): charge it there, so the loop moves on
+            outcomes[k] = _failure([], proc.exitcode, stderr_tail, 0.0)
+            k += 1
+    return [o if o is not None else Outcome("crash", [], "not run") for o in outcomes]
+
+
+def _collect_sequence(reader: Any, proc: Any, time_limit: float, outcomes: list, k: int) -> int:
+    """Gather one worker's messages into `outcomes` from item k on; returns the next item to run.
+
+    An item the worker failed inside is left as Outcome("?") for the caller
+    (which knows the exit code), or set to "timeout" here.
+    """
+    messages: list[dict] = []
+    started = deadline = None
+    while True:
+        if started is not None and time.perf_counter() >= deadline:
+            outcomes[k] = Outcome("timeout", messages, f"killed after {time_limit:g}s", time.perf_counter() - started)
+            return k + 1
+        wait = 0.25 if deadline is None else max(0.0, min(deadline - time.perf_counter(), 0.25))
+        if reader.poll(wait):
+            try:
+                msg = reader.recv()
+            except (EOFError, OSError):
+                break                                       # the worker died (pipe closed)
+            event = msg.get("event")
+            if event == "item_start":
+                k, messages, started = msg["i"], [], time.perf_counter()
+                deadline = started + time_limit
+            elif event == "item_done":
+                outcomes[k] = Outcome("ok", messages, "", time.perf_counter() - started)
+                k, started, deadline = k + 1, None, None
+            elif event == "done":
+                return k
+            elif event == "worker_error" and started is not None:
+                outcomes[k] = Outcome(msg["kind"], messages, msg["detail"], time.perf_counter() - started)
+                return k + 1
+            else:
+                messages.append(msg)
+        elif not proc.is_alive() and not reader.poll(0):
+            break
+    if started is None:
+        return k                                            # it stopped between items: go on from there
+    outcomes[k] = Outcome("?", messages, "", time.perf_counter() - started)
+    return k
 
 
 def _collect(reader: Any, proc: Any, deadline: float) -> tuple[list[dict], bool, bool]:

@@ -1,8 +1,9 @@
 """Suite `masks`: compile time, mask time and correctness per engine, MaskBench-style.
 
-For every (engine, schema) a forked worker (see `bench.isolate`) compiles the
-schema and walks each test instance token by token, filling the FULL mask
-before each token:
+Each engine runs in a forked worker (see `bench.isolate`; by default one
+long-lived worker per engine, restarted after a timeout or a crash) that, for
+every schema, compiles it and walks each test instance token by token,
+filling the FULL mask before each token:
 
 - TTFM, time to first mask = compile + the first mask;
 - TBM, time between masks = every later mask fill (mean, p50, p99 in µs);
@@ -25,13 +26,14 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable
 
 import numpy as np
 
 from bench.corpus import Case
 from bench.engines import ENGINES, Engine, Unsupported, available
-from bench.isolate import run_isolated
+from bench.isolate import run_isolated, run_sequence
 
 __all__ = ["STYLES", "Walk", "prepare_walks", "run_masks"]
 
@@ -156,10 +158,36 @@ def _warm_child(engine: Engine, buf: np.ndarray) -> None:
 
 def _case_worker(send: Callable[[dict], None], engine: Engine, schema: Any, walks: list[Walk],
                  eos: int, n_words: int) -> None:
-    """Body of one forked (engine, schema) worker."""
+    """Body of one forked (engine, schema) worker (``--isolation case``)."""
     engine.prepare_child()
     buf = np.zeros(n_words, dtype=np.int32)
     _warm_child(engine, buf)
+    _run_case(send, engine, schema, walks, eos, buf)
+
+
+def _engine_worker(send: Callable[[dict], None], todo: list, *, engine: Engine, eos: int, n_words: int,
+                   recycle_bytes: int) -> None:
+    """Body of one long-lived worker running an engine's cases in turn (``--isolation engine``).
+
+    Like a server, it keeps what the engine caches per vocabulary between
+    schemas. When its memory has grown by `recycle_bytes` it stops, and a fresh
+    worker goes on (so one engine's growth cannot look like a later case's OOM).
+    """
+    engine.prepare_child()
+    buf = np.zeros(n_words, dtype=np.int32)
+    _warm_child(engine, buf)
+    rss_start = _rss_bytes()
+    for k, (schema, walks) in todo:
+        send({"event": "item_start", "i": k})
+        _run_case(send, engine, schema, walks, eos, buf)
+        send({"event": "item_done", "i": k})
+        if _rss_bytes() - rss_start > recycle_bytes:
+            return
+
+
+def _run_case(send: Callable[[dict], None], engine: Engine, schema: Any, walks: list[Walk], eos: int,
+              buf: np.ndarray) -> None:
+    """Compile `schema`, fill the first mask, walk every test; stream the results."""
     rss0 = _rss_bytes()
     t0 = time.perf_counter_ns()
     try:
@@ -276,26 +304,48 @@ def setup_engines(names: list[str], tokenizer: Any, vocab: Any, log: Callable[[s
 
 
 def run_masks(cases: list[Case], engines: dict[str, dict], tokenizer: Any, vocab: Any, styles: list[str], *,
-              time_limit: float, mem_limit: int, emit: Callable[[dict], None],
+              time_limit: float, mem_limit: int, emit: Callable[[dict], None], isolation: str = "engine",
               log: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> list[dict]:
-    """Run every (engine, case); `emit` gets each JSON record as it completes. Returns the records."""
+    """Run every (engine, case); `emit` gets each JSON record as it completes. Returns the records.
+
+    `isolation`: "engine" runs each engine's cases in one long-lived forked
+    worker (restarted after a timeout or crash), as a server would; "case"
+    forks a fresh worker per (engine, case), which adds the fork's
+    copy-on-write page faults to every first touch of inherited memory.
+    """
+    if isolation not in ("engine", "case"):
+        raise ValueError(f"isolation must be 'engine' or 'case', got {isolation!r}")
     eos = int(tokenizer.eos_token_id)
     text = lambda ids: b"".join(vocab.token_bytes[i] or b"" for i in ids).decode("utf-8", "replace")  # noqa: E731
     n_words = (vocab.size + 31) // 32
-    records = []
+    prepared = []
     for case in cases:
         walks, problems = prepare_walks(case, tokenizer, vocab.token_bytes, styles)
         for p in problems:
             log(f"[masks] {case.name}: {p}; skipped")
-        for name, info in engines.items():
-            if "engine" not in info:
-                continue
-            outcome = run_isolated(_case_worker, (info["engine"], case.schema, walks, eos, n_words),
-                                   time_limit=time_limit, mem_limit=mem_limit)
-            rec = case_record(name, case, walks, outcome, text)
-            records.append(rec)
-            emit({k: v for k, v in rec.items() if k != "mask_ns"})
-            log(f"[masks] {case.name:28s} {name:13s} {rec['status']:11s} ttfm={rec['ttfm_ms']}ms "
-                f"tbm={rec['tbm_mean_us']}us vr={rec['valid_rejected']} ia={rec['invalid_accepted']} "
-                f"{rec['late_failure']}")
+        prepared.append((case, walks))
+    records = []
+
+    def record(name: str, case: Case, walks: list[Walk], outcome: Any) -> None:
+        rec = case_record(name, case, walks, outcome, text)
+        records.append(rec)
+        emit({k: v for k, v in rec.items() if k != "mask_ns"})
+        log(f"[masks] {case.name:28s} {name:13s} {rec['status']:11s} ttfm={rec['ttfm_ms']}ms "
+            f"tbm={rec['tbm_mean_us']}us vr={rec['valid_rejected']} ia={rec['invalid_accepted']} "
+            f"{rec['late_failure']}")
+
+    live = [(name, info["engine"]) for name, info in engines.items() if "engine" in info]
+    if isolation == "case":
+        for case, walks in prepared:
+            for name, engine in live:
+                outcome = run_isolated(_case_worker, (engine, case.schema, walks, eos, n_words),
+                                       time_limit=time_limit, mem_limit=mem_limit)
+                record(name, case, walks, outcome)
+        return records
+    for name, engine in live:
+        worker = partial(_engine_worker, engine=engine, eos=eos, n_words=n_words, recycle_bytes=mem_limit // 2)
+        outcomes = run_sequence(worker, [(case.schema, walks) for case, walks in prepared],
+                                time_limit=time_limit, mem_limit=mem_limit)
+        for (case, walks), outcome in zip(prepared, outcomes):
+            record(name, case, walks, outcome)
     return records

@@ -11,7 +11,7 @@ import pytest
 
 from bench.corpus import DEFAULT_CORPUS, QUICK, CorpusError, load_corpus
 from bench.engines import Engine, _Matcher
-from bench.isolate import run_isolated
+from bench.isolate import run_isolated, run_sequence
 from bench.masks import encode_exact, run_masks
 from bench.report import masks_disagreements, masks_summary
 
@@ -85,6 +85,45 @@ class _AcceptAll(Engine):
         return "test"
 
 
+def _sequence(send, todo, recycle_after=None):
+    """Items: "ok", "slow" (sleeps past the limit), "abort" (kills the worker), "raise"."""
+    done = 0
+    for k, what in todo:
+        send({"event": "item_start", "i": k})
+        send({"event": "pid", "pid": os.getpid()})
+        if what == "slow":
+            time.sleep(30)
+        elif what == "abort":
+            os.abort()
+        elif what == "raise":
+            raise ValueError("bad item")
+        send({"event": "item_done", "i": k})
+        done += 1
+        if recycle_after and done == recycle_after:
+            return                                    # a fresh worker goes on
+
+
+def test_run_sequence_isolates_each_item():
+    items = ["ok", "slow", "ok", "abort", "raise", "ok", "ok"]
+    t0 = time.perf_counter()
+    out = run_sequence(_sequence, items, time_limit=1.0, mem_limit=1 << 30)
+    assert [o.status for o in out] == ["ok", "timeout", "ok", "crash", "crash", "ok", "ok"]
+    assert "SIGABRT" in out[3].detail and "bad item" in out[4].detail
+    assert time.perf_counter() - t0 < 20
+    pids = [o.messages[0]["pid"] for o in out]
+    # one worker until the timeout, then a fresh one after each failure; healthy items share a worker
+    assert pids[0] == pids[1] != pids[2] and pids[2] == pids[3] != pids[5] == pids[6]
+
+
+def test_run_sequence_continues_after_an_early_return():
+    from functools import partial
+
+    out = run_sequence(partial(_sequence, recycle_after=2), ["ok"] * 5, time_limit=5, mem_limit=1 << 30)
+    assert [o.status for o in out] == ["ok"] * 5
+    pids = [o.messages[0]["pid"] for o in out]
+    assert pids[0] == pids[1] != pids[2] == pids[3] != pids[4]
+
+
 def test_masks_suite_counts_on_a_real_tokenizer(tmp_path, hf_tok, vocabulary):
     tok, vocab = hf_tok("gpt-2"), vocabulary("gpt-2")
     _write(tmp_path, "person", {"type": "object", "properties": {"name": {"type": "string"}},
@@ -100,6 +139,11 @@ def test_masks_suite_counts_on_a_real_tokenizer(tmp_path, hf_tok, vocabulary):
     rows = []
     recs = run_masks(load_corpus(tmp_path), engines, tok, vocab, ["compact", "default"], time_limit=60,
                      mem_limit=2 << 30, emit=rows.append, log=lambda s: None)
+    again = run_masks(load_corpus(tmp_path), engines, tok, vocab, ["compact"], time_limit=60,
+                      mem_limit=2 << 30, emit=lambda r: None, isolation="case", log=lambda s: None)
+    assert [(r["engine"], r["status"], r["invalid_accepted"]) for r in again] == [("ours", "ok", 0), ("accept-all", "ok", 2)]
+    with pytest.raises(ValueError, match="isolation"):
+        run_masks([], engines, tok, vocab, ["compact"], time_limit=1, mem_limit=1, emit=print, isolation="threads")
     by = {r["engine"]: r for r in recs}
     assert [r["engine"] for r in rows] == ["ours", "accept-all"]
     assert by["ours"]["status"] == "ok" and by["ours"]["walks_done"] == 6
