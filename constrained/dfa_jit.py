@@ -138,13 +138,25 @@ class JitDFA(LazyDFA):
         self._stk_depth = np.zeros(stacks, dtype=np.int64)
         self._stk_keys = np.zeros(4 * stacks, dtype=np.int64)
         self._stk_vals = np.full(4 * stacks, -1, dtype=np.int32)
-        self._counts = np.array([0, 0, 1, 0, 0], dtype=np.int64)   # stack 0 is the empty stack
+        self._ecl_off = np.full(self._n, -1, dtype=np.int64)
+        self._ecl_data = np.empty(4096, dtype=np.int64)
+        self._counts = np.array([0, 0, 1, 0, 0, 0], dtype=np.int64)   # stack 0 is the empty stack
+        self._alloc_scratch(256)
         self._pack()
+
+    def _alloc_scratch(self, size: int) -> None:
+        """Kernel scratch (see `dfa_kernels`), `size` configurations per closure and moves per row."""
+        c = self.num_classes
+        self._W = (np.empty(4 * size, np.int64), np.zeros(4 * size, np.int64), np.zeros(4 * size, np.int64),
+                   np.zeros(2, np.int64), np.empty(size + 1, np.int64), np.empty(size, np.int64),
+                   np.empty(size, np.int64), np.empty(size, np.int64), np.empty(c, np.int32),
+                   np.empty(c, np.int64), np.empty(c, np.int32), np.zeros(self._n, np.int64),
+                   np.empty(self._n, np.int64), np.empty(c + 1, np.int64))
 
     def _pack(self) -> None:
         self._S = (self._table, self._accepting, self._cfg_ptr, self._cfg_data, self._cfg_keys, self._cfg_vals,
                    self._next_same, self._stk_ret, self._stk_parent, self._stk_depth, self._stk_keys,
-                   self._stk_vals, self._counts)
+                   self._stk_vals, self._counts, self._ecl_off, self._ecl_data)
 
     def _grow(self, status: int) -> None:
         k = self._k
@@ -169,6 +181,10 @@ class JitDFA(LazyDFA):
             self._cfg_keys, self._cfg_vals = self._rehashed(self._cfg_keys, self._cfg_vals)
         elif status == k.GROW_STACK_HT:
             self._stk_keys, self._stk_vals = self._rehashed(self._stk_keys, self._stk_vals)
+        elif status == k.GROW_ECLOSE:
+            self._ecl_data = _grown(self._ecl_data, 2 * len(self._ecl_data), 0)
+        elif status == k.GROW_SCRATCH:
+            self._alloc_scratch(2 * len(self._W[5]))
         else:
             raise RuntimeError(f"unknown DFA kernel status {status}")
         self._pack()
@@ -182,7 +198,7 @@ class JitDFA(LazyDFA):
     def _run(self, kernel, *args) -> int:
         """Call a kernel returning (status, value), growing the arrays until it succeeds."""
         while True:
-            status, value = kernel(self._N, self._S, *args)
+            status, value = kernel(self._N, self._S, self._W, *args)
             if status == 0:
                 return int(value)
             self._grow(int(status))
@@ -199,17 +215,22 @@ class JitDFA(LazyDFA):
 
     @property
     def nbytes(self) -> int:
-        arrays = self._S[:-1] + self._N
+        arrays = self._S + self._N + self._W
         return int(sum(a.nbytes for a in arrays) + 120 * self._n + 2100 * len(self._trans))
 
     def expand(self, states: Iterable[int] | np.ndarray) -> None:
         todo = np.asarray(states, dtype=np.int64).ravel()
-        todo = todo[todo >= 0]
-        if not len(todo) or (self._table[todo, 0] != UNEXPANDED).all():
-            return
-        todo = np.ascontiguousarray(todo)
+        if len(todo) == 1:                       # the common call: one state, often already known
+            s = int(todo[0])
+            if s < 0 or self._table[s, 0] != UNEXPANDED:
+                return
+        else:
+            todo = todo[todo >= 0]
+            if not len(todo) or (self._table[todo, 0] != UNEXPANDED).all():
+                return
+            todo = np.ascontiguousarray(todo)
         while len(todo):
-            status, done = self._k.expand_rows(self._N, self._S, todo)
+            status, done = self._k.expand_rows(self._N, self._S, self._W, todo)
             if status == 0:
                 return
             self._grow(int(status))
@@ -258,7 +279,9 @@ class JitDFA(LazyDFA):
 
     def equivalent(self, a: int, b: int, max_pairs: int = 256) -> bool:
         """Whether `a` and `b` accept the same language (bounded product walk; False if unsure)."""
-        return bool(self._run(self._k.equivalent, int(a), int(b), int(max_pairs)))
+        size = 1 << (4 * max_pairs + 4).bit_length()   # the seen pairs' hash table: a power of two
+        return bool(self._run(self._k.equivalent, int(a), int(b), np.full(size, -1, np.int64),
+                              np.empty(max_pairs + 1, np.int64), np.empty(max_pairs + 1, np.int64)))
 
     # -- the trie walk ----------------------------------------------------------
 
@@ -273,7 +296,7 @@ class JitDFA(LazyDFA):
         while True:
             n_out, n_pend, status = self._k.walk_native(
                 nodes, states, emit_first, trie.n_roots, trie.byte, trie.child_lo, trie.child_hi, trie.term_lo,
-                trie.term_hi, trie.term_ids, self.byte_class, self._N, self._S,
+                trie.term_hi, trie.term_ids, self.byte_class, self._N, self._S, self._W,
                 out_ids, out_next, pend_nodes, pend_states, stack_n, stack_s)
             if not n_pend:
                 break

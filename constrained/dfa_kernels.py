@@ -11,12 +11,15 @@ row costs about a microsecond instead of ~20 us of Python:
 - a row groups the state's byte moves by *signature* (which moves a byte
   class takes) so that classes moving alike share one closure.
 
-Nothing here allocates persistent memory: when a table is full a kernel
+Nothing here allocates, and the kernels are compiled without numba's
+reference counting (`_nrt=False`): with it, every call that passed the
+argument tuples on paid an atomic count per array (2 us of a 4 us row).
+When a table is full a kernel
 returns a GROW_* status *before* changing anything that a retry would not
 redo identically (interning is idempotent), the caller grows the arrays and
 calls again.
 
-Arguments are bundled in two tuples, built by `JitDFA`:
+Arguments are bundled in three tuples, built by `JitDFA`:
 
 - ``N`` (the NFA, read-only): need, eps_ptr, eps_dst, call_ptr, call_start,
   call_ret, is_end, edge_ptr, edge_dst, edge_mask, mask_cls, params; `params` is
@@ -24,7 +27,13 @@ Arguments are bundled in two tuples, built by `JitDFA`:
 - ``S`` (the DFA, grown by the caller): table, accepting, cfg_ptr, cfg_data,
   cfg_keys, cfg_vals, next_same, stk_ret, stk_parent, stk_depth, stk_keys,
   stk_vals, counts; `counts` is int64[5]: (states, cfg ints, stacks, cfg slots
-  used, stack slots used).
+  used, stack slots used);
+- ``W`` (scratch, grown by the caller on GROW_SCRATCH): todo, seen_keys,
+  seen_gen, gen (2 counters: seen sets, epsilon-closure stamps), out, seed,
+  mid, flat (int64), class_group/row, sig_keys, sig_vals (num_classes each),
+  stamp and stack (one per NFA state), group_ptr (num_classes + 1). Reused by every call, so that a row allocates
+  nothing. ``S`` also memoizes each NFA state's epsilon closure (ecl_off,
+  ecl_data; counts[5] ints used).
 """
 
 from __future__ import annotations
@@ -39,13 +48,15 @@ GROW_STACKS = 3
 GROW_CFG_HT = 4
 GROW_STACK_HT = 5
 BUDGET = 6
+GROW_SCRATCH = 7
+GROW_ECLOSE = 8
 
 DEAD = -1
 UNEXPANDED = -2
 _SLOT_EMPTY = -1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always", _nrt=False)
 def _mix(h):  # pragma: no cover - compiled
     h ^= h >> 31
     h *= 0x7FB5D329728EA185
@@ -53,7 +64,7 @@ def _mix(h):  # pragma: no cover - compiled
     return h
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always", _nrt=False)
 def _hash_cfgs(buf, m):  # pragma: no cover - compiled
     h = 0x1F3D5B79 + m
     for i in range(m):
@@ -61,10 +72,9 @@ def _hash_cfgs(buf, m):  # pragma: no cover - compiled
     return _mix(h)
 
 
-@njit(cache=True, nogil=True)
-def _push(S, k, ret):  # pragma: no cover - compiled
+@njit(cache=True, nogil=True, _nrt=False)
+def _push(stk_ret, stk_parent, stk_depth, keys, vals, counts, k, ret):  # pragma: no cover - compiled
     """Stack id of `ret` pushed on stack `k` (interned); < 0: a GROW status, negated."""
-    stk_ret, stk_parent, stk_depth, keys, vals, counts = S[7], S[8], S[9], S[10], S[11], S[12]
     key = ret * 0x80000000 + k
     mask = len(keys) - 1
     slot = _mix(key) & mask
@@ -87,95 +97,81 @@ def _push(S, k, ret):  # pragma: no cover - compiled
     return sid
 
 
-@njit(cache=True, nogil=True)
-def _close(N, S, seeds, n_seeds):  # pragma: no cover - compiled
-    """Closure of configurations `seeds[:n_seeds]`, pruned to those that can finish.
+@njit(cache=True, nogil=True, inline="always", _nrt=False)
+def _sort_small(a, lo, hi):  # pragma: no cover - compiled
+    """Sort a[lo:hi] in place: Shell sort, which is insertion sort (best for the handful
+    of configurations of most closures) on a few coarser gaps first."""
+    gap = 1
+    while gap < (hi - lo) // 3:
+        gap = 3 * gap + 1
+    while gap >= 1:
+        for i in range(lo + gap, hi):
+            x = a[i]
+            j = i - gap
+            while j >= lo and a[j] > x:
+                a[j + gap] = a[j]
+                j -= gap
+            a[j + gap] = x
+        gap //= 3
 
-    Returns (status, sorted configurations; -1 first when the start rule can end).
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _eclose(need, eps_ptr, eps_dst, call_ptr, is_end, edge_ptr, maxd, ecl_off, ecl_data, counts, stamp, stack,
+            gen, s):  # pragma: no cover - compiled
+    """Offset in `ecl_data` of the stack-free epsilon closure of NFA state `s` (computed, then memoized).
+
+    Layout at the offset: n byte states, n calls, reaches end, the byte states
+    (those that can finish within max_depth), the call edge indices.
+    Returns (status, offset).
     """
-    need, eps_ptr, eps_dst, call_ptr, call_start, call_ret, is_end, edge_ptr = N[0], N[1], N[2], N[3], N[4], N[5], N[6], N[7]
-    n, maxd = N[11][0], N[11][1]
-    stk_ret, stk_parent, stk_depth = S[7], S[8], S[9]
-    todo = np.empty(max(16, 2 * n_seeds), np.int64)
-    n_todo = 0
-    for i in range(n_seeds):
-        todo[n_todo] = seeds[i]
-        n_todo += 1
-    seen = np.full(64, -1, np.int64)
-    n_seen = 0
-    out = np.empty(16, np.int64)
-    n_out = 0
-    accept = False
-    while n_todo:
-        n_todo -= 1
-        cfg = todo[n_todo]
-        # seen-set insert (open addressing over cfg >= 0)
-        mask = len(seen) - 1
-        slot = _mix(cfg) & mask
-        dup = False
-        while seen[slot] != -1:
-            if seen[slot] == cfg:
-                dup = True
-                break
-            slot = (slot + 1) & mask
-        if dup:
-            continue
-        seen[slot] = cfg
+    gen[1] += 1
+    g = gen[1]
+    # depth first over epsilon moves, like LazyDFA._eclose_of; visited states go to the far end
+    n_stack = 1
+    stack[0] = s
+    stamp[s] = g
+    n_seen = n_bytes = n_calls = end = 0
+    while n_stack:
+        n_stack -= 1
+        u = stack[n_stack]
+        stack[len(stack) - 1 - n_seen] = u
         n_seen += 1
-        if n_seen * 2 > len(seen):
-            bigger = np.full(len(seen) * 4, -1, np.int64)
-            bmask = len(bigger) - 1
-            for x in seen:
-                if x != -1:
-                    j = _mix(x) & bmask
-                    while bigger[j] != -1:
-                        j = (j + 1) & bmask
-                    bigger[j] = x
-            seen = bigger
-        k = cfg // n
-        s = cfg - k * n
-        budget = maxd - stk_depth[k]
-        if need[s] > budget:
-            continue
-        base = k * n
-        if edge_ptr[s + 1] > edge_ptr[s]:
-            if n_out == len(out):
-                out = np.concatenate((out, np.empty(len(out), np.int64)))
-            out[n_out] = base + s
-            n_out += 1
-        grow = n_todo + (call_ptr[s + 1] - call_ptr[s]) + (eps_ptr[s + 1] - eps_ptr[s]) + 1
-        if grow > len(todo):
-            todo = np.concatenate((todo, np.empty(max(grow, len(todo)), np.int64)))
-        for j in range(call_ptr[s], call_ptr[s + 1]):
-            start, ret = call_start[j], call_ret[j]
-            if need[start] < budget and need[ret] <= budget:
-                sid = _push(S, k, ret)
-                if sid < 0:
-                    return -sid, np.empty(0, np.int64)
-                todo[n_todo] = sid * n + start
-                n_todo += 1
-        if is_end[s]:
-            if k == 0:
-                accept = True
-            else:
-                todo[n_todo] = stk_parent[k] * n + stk_ret[k]
-                n_todo += 1
-        for j in range(eps_ptr[s], eps_ptr[s + 1]):
-            todo[n_todo] = base + eps_dst[j]
-            n_todo += 1
-    res = np.empty(n_out + (1 if accept else 0), np.int64)
-    off = 0
-    if accept:
-        res[0] = -1
-        off = 1
-    res[off:] = np.sort(out[:n_out])
-    return OK, res
+        if edge_ptr[u + 1] > edge_ptr[u] and need[u] <= maxd:
+            n_bytes += 1
+        n_calls += call_ptr[u + 1] - call_ptr[u]
+        if is_end[u]:
+            end = 1
+        for j in range(eps_ptr[u], eps_ptr[u + 1]):
+            v = eps_dst[j]
+            if stamp[v] != g:
+                stamp[v] = g
+                stack[n_stack] = v
+                n_stack += 1
+    size = 3 + n_bytes + n_calls
+    off = counts[5]
+    if off + size > len(ecl_data):
+        return GROW_ECLOSE, 0
+    ecl_data[off] = n_bytes
+    ecl_data[off + 1] = n_calls
+    ecl_data[off + 2] = end
+    bi = off + 3
+    ci = off + 3 + n_bytes
+    for i in range(n_seen):
+        u = stack[len(stack) - 1 - i]
+        if edge_ptr[u + 1] > edge_ptr[u] and need[u] <= maxd:
+            ecl_data[bi] = u
+            bi += 1
+        for j in range(call_ptr[u], call_ptr[u + 1]):
+            ecl_data[ci] = j
+            ci += 1
+    counts[5] = off + size
+    ecl_off[s] = off
+    return OK, off
 
 
-@njit(cache=True, nogil=True)
-def _intern(N, S, cfgs):  # pragma: no cover - compiled
+@njit(cache=True, nogil=True, _nrt=False)
+def _intern(table, accepting, cfg_ptr, cfg_data, keys, vals, next_same, counts, max_states, cfgs):  # pragma: no cover
     """Id of the DFA state with configurations `cfgs` (created if new). Returns (status, id)."""
-    table, accepting, cfg_ptr, cfg_data, keys, vals, next_same, counts = S[0], S[1], S[2], S[3], S[4], S[5], S[6], S[12]
     m = len(cfgs)
     h = _hash_cfgs(cfgs, m)
     mask = len(keys) - 1
@@ -199,7 +195,7 @@ def _intern(N, S, cfgs):  # pragma: no cover - compiled
             break
         slot = (slot + 1) & mask
     sid = counts[0]
-    if sid >= N[11][2]:
+    if sid >= max_states:
         return BUDGET, -1
     if sid >= len(table):
         return GROW_STATES, -1
@@ -208,7 +204,8 @@ def _intern(N, S, cfgs):  # pragma: no cover - compiled
     if head == -1 and (counts[3] + 1) * 2 > len(keys):
         return GROW_CFG_HT, -1
     lo = counts[1]
-    cfg_data[lo:lo + m] = cfgs
+    for i in range(m):
+        cfg_data[lo + i] = cfgs[i]
     cfg_ptr[sid + 1] = lo + m
     counts[1] = lo + m
     accepting[sid] = m > 0 and cfgs[0] == -1
@@ -221,25 +218,125 @@ def _intern(N, S, cfgs):  # pragma: no cover - compiled
     return OK, sid
 
 
-@njit(cache=True, nogil=True)
-def _target(N, S, seeds, n_seeds):  # pragma: no cover - compiled
-    """(status, state reached from `seeds`), DEAD when no configuration can finish."""
-    status, cfgs = _close(N, S, seeds, n_seeds)
-    if status != OK:
-        return status, -1
-    if len(cfgs) == 0:
-        return OK, DEAD
-    return _intern(N, S, cfgs)
+@njit(cache=True, nogil=True, _nrt=False)
+def _targets(N, S, W, flat, group_ptr, n_groups, results):  # pragma: no cover - compiled
+    """The state reached from each group of seed configurations (DEAD when none can finish).
+
+    Group g is flat[group_ptr[g]:group_ptr[g + 1]]; its state goes to results[g].
+    Each group's closure adds the memoized epsilon closure of each
+    configuration's NFA state, pruned to what can finish within the stack's
+    depth budget; only seeds, calls and returns go through the seen set.
+    Every array is unpacked here once: passing the tuples on to a helper per
+    configuration would cost a reference count per array per call.
+    Returns a status.
+    """
+    need, eps_ptr, eps_dst, call_ptr, call_start, call_ret, is_end, edge_ptr = N[0], N[1], N[2], N[3], N[4], N[5], N[6], N[7]
+    n, maxd, max_states = N[11][0], N[11][1], N[11][2]
+    table, accepting, cfg_ptr, cfg_data, cfg_keys, cfg_vals, next_same = S[0], S[1], S[2], S[3], S[4], S[5], S[6]
+    stk_ret, stk_parent, stk_depth, stk_keys, stk_vals, counts, ecl_off, ecl_data = (
+        S[7], S[8], S[9], S[10], S[11], S[12], S[13], S[14])
+    todo, seen_keys, seen_gen, gen, out, stamp, stack = W[0], W[1], W[2], W[3], W[4], W[11], W[12]
+    mask = len(seen_keys) - 1
+    for grp in range(n_groups):
+        lo, hi = group_ptr[grp], group_ptr[grp + 1]
+        if hi - lo > len(todo):
+            return GROW_SCRATCH
+        gen[0] += 1                                # a fresh seen set: stamps, no clearing
+        g = gen[0]
+        n_todo = 0
+        for i in range(lo, hi):
+            todo[n_todo] = flat[i]
+            n_todo += 1
+        n_seen = 0
+        n_out = 1                                  # out[0] is kept for the accepting mark
+        accept = False
+        while n_todo:
+            n_todo -= 1
+            cfg = todo[n_todo]
+            slot = _mix(cfg) & mask
+            dup = False
+            while seen_gen[slot] == g:
+                if seen_keys[slot] == cfg:
+                    dup = True
+                    break
+                slot = (slot + 1) & mask
+            if dup:
+                continue
+            n_seen += 1
+            if n_seen * 2 > len(seen_keys):
+                return GROW_SCRATCH
+            seen_keys[slot] = cfg
+            seen_gen[slot] = g
+            k = cfg // n
+            s = cfg - k * n
+            budget = maxd - stk_depth[k]
+            if need[s] > budget:
+                continue
+            off = ecl_off[s]
+            if off < 0:
+                status, off = _eclose(need, eps_ptr, eps_dst, call_ptr, is_end, edge_ptr, maxd, ecl_off, ecl_data,
+                                      counts, stamp, stack, gen, s)
+                if status != OK:
+                    return status
+            n_bytes, n_calls, end = ecl_data[off], ecl_data[off + 1], ecl_data[off + 2]
+            base = k * n
+            if n_out + n_bytes > len(out) or n_todo + n_calls + 1 > len(todo):
+                return GROW_SCRATCH
+            for i in range(off + 3, off + 3 + n_bytes):
+                b = ecl_data[i]
+                if need[b] <= budget:
+                    out[n_out] = base + b
+                    n_out += 1
+            for i in range(off + 3 + n_bytes, off + 3 + n_bytes + n_calls):
+                j = ecl_data[i]
+                start, ret = call_start[j], call_ret[j]
+                if need[start] < budget and need[ret] <= budget:
+                    sid = _push(stk_ret, stk_parent, stk_depth, stk_keys, stk_vals, counts, k, ret)
+                    if sid < 0:
+                        return -sid
+                    todo[n_todo] = sid * n + start
+                    n_todo += 1
+            if end:
+                if k == 0:
+                    accept = True
+                else:
+                    todo[n_todo] = stk_parent[k] * n + stk_ret[k]
+                    n_todo += 1
+        # closures of several seeds overlap: sort, then drop repeats
+        _sort_small(out, 1, n_out)
+        w = 1
+        for i in range(1, n_out):
+            if i == 1 or out[i] != out[w - 1]:
+                out[w] = out[i]
+                w += 1
+        first = 1
+        if accept:
+            out[0] = -1
+            first = 0
+        if w == first:
+            results[grp] = DEAD
+            continue
+        status, sid = _intern(table, accepting, cfg_ptr, cfg_data, cfg_keys, cfg_vals, next_same, counts,
+                              max_states, out[first:w])
+        if status != OK:
+            return status
+        results[grp] = sid
+    return OK
 
 
-@njit(cache=True, nogil=True)
-def expand_row(N, S, s):  # pragma: no cover - compiled
-    """Compute the row of state `s` (no-op when known); returns a status."""
+@njit(cache=True, nogil=True, _nrt=False)
+def expand_row(N, S, W, s):  # pragma: no cover - compiled
+    """Compute the row of state `s` (no-op when known); returns a status.
+
+    Classes that take the same set of the state's moves (the same signature)
+    share one target, computed once.
+    """
     table, cfg_ptr, cfg_data = S[0], S[2], S[3]
     if table[s, 0] != UNEXPANDED:
         return OK
     edge_ptr, edge_dst, edge_mask, mask_cls = N[7], N[8], N[9], N[10]
     n, n_classes = N[11][0], N[11][3]
+    seed, mid, flat, group_ptr, class_group, sig_keys, sig_vals = W[5], W[6], W[7], W[13], W[8], W[9], W[10]
     lo, hi = cfg_ptr[s], cfg_ptr[s + 1]
     n_pairs = 0
     for i in range(lo, hi):
@@ -247,8 +344,10 @@ def expand_row(N, S, s):  # pragma: no cover - compiled
         if cfg >= 0:
             b = cfg % n
             n_pairs += edge_ptr[b + 1] - edge_ptr[b]
-    seed = np.empty(n_pairs, np.int64)
-    mid = np.empty(n_pairs, np.int64)
+    if n_pairs > min(len(seed), 63):
+        if n_pairs > len(seed):
+            return GROW_SCRATCH
+        return _expand_wide(N, S, W, s, n_pairs)
     p = 0
     for i in range(lo, hi):
         cfg = cfg_data[i]
@@ -260,80 +359,111 @@ def expand_row(N, S, s):  # pragma: no cover - compiled
             seed[p] = k * n + edge_dst[e]
             mid[p] = edge_mask[e]
             p += 1
-    row = np.full(n_classes, DEAD, np.int32)
-    buf = np.empty(max(n_pairs, 1), np.int64)
-    if n_pairs <= 63:
-        # signature of a class: the bit set of the moves it takes; equal signatures share a target
-        sig_keys = np.empty(n_classes, np.int64)
-        sig_vals = np.empty(n_classes, np.int32)
-        n_sigs = 0
-        for c in range(n_classes):
-            sig = 0
+    # signature of a class: the bit set of the moves it takes
+    n_sigs = 0
+    n_flat = 0
+    group_ptr[0] = 0
+    for c in range(n_classes):
+        sig = 0
+        for j in range(n_pairs):
+            if mask_cls[mid[j], c]:
+                sig |= 1 << j
+        if sig == 0:
+            class_group[c] = -1
+            continue
+        q = 0
+        while q < n_sigs and sig_keys[q] != sig:
+            q += 1
+        if q == n_sigs:
+            if n_flat + n_pairs > len(flat):
+                return GROW_SCRATCH
             for j in range(n_pairs):
-                if mask_cls[mid[j], c]:
-                    sig |= 1 << j
-            if sig == 0:
-                continue
-            t = -3
-            for q in range(n_sigs):
-                if sig_keys[q] == sig:
-                    t = sig_vals[q]
-                    break
-            if t == -3:
-                m = 0
-                for j in range(n_pairs):
-                    if sig >> j & 1:
-                        buf[m] = seed[j]
-                        m += 1
-                status, t = _target(N, S, buf, m)
-                if status != OK:
-                    return status
-                sig_keys[n_sigs] = sig
-                sig_vals[n_sigs] = t
-                n_sigs += 1
-            row[c] = t
-    else:
-        for c in range(n_classes):
-            m = 0
-            for j in range(n_pairs):
-                if mask_cls[mid[j], c]:
-                    buf[m] = seed[j]
-                    m += 1
-            if m:
-                status, t = _target(N, S, buf, m)
-                if status != OK:
-                    return status
-                row[c] = t
-    table[s, :] = row
+                if sig >> j & 1:
+                    flat[n_flat] = seed[j]
+                    n_flat += 1
+            sig_keys[q] = sig
+            n_sigs += 1
+            group_ptr[n_sigs] = n_flat
+        class_group[c] = q
+    status = _targets(N, S, W, flat, group_ptr, n_sigs, sig_vals)
+    if status != OK:
+        return status
+    for c in range(n_classes):
+        q = class_group[c]
+        table[s, c] = DEAD if q < 0 else sig_vals[q]
     return OK
 
 
-@njit(cache=True, nogil=True)
-def expand_rows(N, S, states):  # pragma: no cover - compiled
+@njit(cache=True, nogil=True, _nrt=False)
+def _expand_wide(N, S, W, s, n_pairs):  # pragma: no cover - compiled
+    """`expand_row` for states with more than 63 moves: one closure per class."""
+    table, cfg_ptr, cfg_data = S[0], S[2], S[3]
+    edge_ptr, edge_dst, edge_mask, mask_cls = N[7], N[8], N[9], N[10]
+    n, n_classes = N[11][0], N[11][3]
+    seed, mid, flat, row, group_ptr, results = W[5], W[6], W[7], W[8], W[13], W[10]
+    p = 0
+    for i in range(cfg_ptr[s], cfg_ptr[s + 1]):
+        cfg = cfg_data[i]
+        if cfg < 0:
+            continue
+        k = cfg // n
+        b = cfg - k * n
+        for e in range(edge_ptr[b], edge_ptr[b + 1]):
+            seed[p] = k * n + edge_dst[e]
+            mid[p] = edge_mask[e]
+            p += 1
+    if n_pairs > len(flat):
+        return GROW_SCRATCH
+    for c in range(n_classes):
+        m = 0
+        for j in range(n_pairs):
+            if mask_cls[mid[j], c]:
+                flat[m] = seed[j]
+                m += 1
+        row[c] = DEAD
+        if m:
+            group_ptr[0] = 0
+            group_ptr[1] = m
+            status = _targets(N, S, W, flat, group_ptr, 1, results)
+            if status != OK:
+                return status
+            row[c] = results[0]
+    for c in range(n_classes):                    # the row is stored only once complete
+        table[s, c] = row[c]
+    return OK
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def expand_rows(N, S, W, states):  # pragma: no cover - compiled
     """Expand the rows of `states` in order; returns (status, index of the first not done)."""
     for i in range(len(states)):
         s = states[i]
         if s >= 0:
-            status = expand_row(N, S, s)
+            status = expand_row(N, S, W, s)
             if status != OK:
                 return status, i
     return OK, len(states)
 
 
-@njit(cache=True, nogil=True)
-def start_state(N, S, start):  # pragma: no cover - compiled
+@njit(cache=True, nogil=True, _nrt=False)
+def start_state(N, S, W, start):  # pragma: no cover - compiled
     """(status, id) of the closure of the start rule's entry (the initial state)."""
-    seeds = np.empty(1, np.int64)
-    seeds[0] = start
+    S0, S1, S2, S3, S4, S5, S6, S12 = S[0], S[1], S[2], S[3], S[4], S[5], S[6], S[12]
     if N[0][start] > N[11][1]:
-        return _intern(N, S, np.empty(0, np.int64))
-    status, cfgs = _close(N, S, seeds, 1)
+        return _intern(S0, S1, S2, S3, S4, S5, S6, S12, N[11][2], W[4][:0])
+    flat, group_ptr, results = W[7], W[13], W[10]
+    flat[0] = start
+    group_ptr[0] = 0
+    group_ptr[1] = 1
+    status = _targets(N, S, W, flat, group_ptr, 1, results)
     if status != OK:
         return status, -1
-    return _intern(N, S, cfgs)
+    if results[0] == DEAD:                              # nothing can finish: the empty state
+        return _intern(S0, S1, S2, S3, S4, S5, S6, S12, N[11][2], W[4][:0])
+    return OK, results[0]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def rehash(keys, vals, new_keys, new_vals):  # pragma: no cover - compiled
     """Move every occupied slot of (keys, vals) into the larger empty table."""
     mask = len(new_keys) - 1
@@ -346,9 +476,9 @@ def rehash(keys, vals, new_keys, new_vals):  # pragma: no cover - compiled
             new_vals[slot] = vals[i]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def walk_native(nodes, states, emit_first, n_roots, byte, child_lo, child_hi, term_lo, term_hi, term_ids,
-                byte_class, N, S, out_ids, out_next, pend_nodes, pend_states, stack_n, stack_s):  # pragma: no cover
+                byte_class, N, S, W, out_ids, out_next, pend_nodes, pend_states, stack_n, stack_s):  # pragma: no cover
     """`walk_jit`'s trie walk, computing missing DFA rows in place.
 
     Pairs whose row could not be computed (a table must grow first) are
@@ -385,7 +515,7 @@ def walk_native(nodes, states, emit_first, n_roots, byte, child_lo, child_hi, te
             continue
         if table[s, 0] == UNEXPANDED:
             if status == OK:
-                status = expand_row(N, S, s)
+                status = expand_row(N, S, W, s)
             if status != OK:
                 pend_nodes[n_pend] = node
                 pend_states[n_pend] = s
@@ -404,22 +534,19 @@ def walk_native(nodes, states, emit_first, n_roots, byte, child_lo, child_hi, te
     return n_out, n_pend, status
 
 
-@njit(cache=True, nogil=True)
-def equivalent(N, S, a, b, max_pairs):  # pragma: no cover - compiled
+@njit(cache=True, nogil=True, _nrt=False)
+def equivalent(N, S, W, a, b, seen, todo_a, todo_b):  # pragma: no cover - compiled
     """Whether states `a` and `b` accept the same language, by a bounded product walk.
 
-    Returns (status, 1 equivalent / 0 not or unsure after `max_pairs` pairs).
-    Rows met are computed in place (the same as `slices.equivalent`, natively).
+    `seen` (a power of two long, all -1) and `todo_*` (max_pairs + 1 long) are
+    the caller's scratch. Returns (status, 1 equivalent / 0 not or unsure
+    after max_pairs pairs). Rows met are computed in place (the same as
+    `slices.equivalent`, natively).
     """
     table, accepting = S[0], S[1]
     n_classes = N[11][3]
-    size = 1                                   # a power-of-two table of the pairs seen
-    while size < 4 * max_pairs + 4:
-        size *= 2
-    seen = np.full(size, -1, np.int64)
-    mask = size - 1
-    todo_a = np.empty(max_pairs + 1, np.int64)
-    todo_b = np.empty(max_pairs + 1, np.int64)
+    max_pairs = len(todo_a) - 1
+    mask = len(seen) - 1
     todo_a[0] = a
     todo_b[0] = b
     n_todo = 1
@@ -434,7 +561,7 @@ def equivalent(N, S, a, b, max_pairs):  # pragma: no cover - compiled
             return OK, 0
         for s in (x, y):
             if table[s, 0] == UNEXPANDED:
-                status = expand_row(N, S, s)
+                status = expand_row(N, S, W, s)
                 if status != OK:
                     return status, 0
         for c in range(n_classes):
