@@ -154,7 +154,8 @@ class NFA:
         self._eps_src: list[int] = []
         self._eps_dst: list[int] = []
         self._byte_src: list[int] = []
-        self._byte_mask: list[int] = []
+        self._byte_mask: list[int] = []  # mask ids, numbered in order of first use
+        self._mask_id: dict[int, int] = {}
         self._byte_dst: list[int] = []
         self._call_src: list[int] = []
         self._call_rule: list[int] = []
@@ -168,14 +169,14 @@ class NFA:
             start = self._new()
             self.rule_start.append(start)
             self.rule_end.append(self._build(grammar.rules[name], start))
-        self._masks = frozenset(self._byte_mask)
+        self._masks = frozenset(self._mask_id)
         self.is_end: list[bool] = [False] * self._count
         for end in self.rule_end:
             self.is_end[end] = True
         self.max_depth = max_depth
         self.need: list[int] = self._compute_need(max_depth)
         self.arrays = self._csr()
-        del self._frags, self._dead, self._eps_src, self._eps_dst, self._byte_src, self._byte_mask, self._byte_dst
+        del self._frags, self._dead, self._mask_id, self._eps_src, self._eps_dst, self._byte_src, self._byte_mask, self._byte_dst
         del self._call_src, self._call_rule, self._call_dst
 
     def _csr(self) -> "NFAArrays":
@@ -190,9 +191,12 @@ class NFA:
             return (ptr,) + tuple(np.array(c, dtype=np.int64)[order] for c in cols)
 
         masks = tuple(sorted(self._masks))
-        mask_id = {m: i for i, m in enumerate(masks)}
+        rank = {m: i for i, m in enumerate(masks)}
+        # first-use ids -> ascending-mask ids, applied to the whole column at once
+        remap = np.array([rank[m] for m in self._mask_id], dtype=np.int64)
         eps_ptr, eps_dst = group(self._eps_src, self._eps_dst)
-        edge_ptr, edge_dst, edge_mask = group(self._byte_src, self._byte_dst, [mask_id[m] for m in self._byte_mask])
+        edge_ptr, edge_dst, edge_mask = group(self._byte_src, self._byte_dst, self._byte_mask)
+        edge_mask = remap[edge_mask] if len(edge_mask) else edge_mask
         call_ptr, call_rule, call_dst = group(self._call_src, self._call_rule, self._call_dst)
         return NFAArrays(eps_ptr, eps_dst, edge_ptr, edge_dst, edge_mask, masks, call_ptr, call_rule, call_dst)
 
@@ -255,12 +259,7 @@ class NFA:
         """
         kind = type(node)
         if kind is ByteSet:
-            t = self._count
-            self._count += 1
-            self._byte_src.append(s)
-            self._byte_mask.append(node.mask)
-            self._byte_dst.append(t)
-            return t
+            return self._byte(s, node.mask)
         if kind is Ref:
             t = self._new()
             self._call_src.append(s)
@@ -272,9 +271,7 @@ class NFA:
             return self._copy(frag, s)
         mark = (s, self._count, len(self._eps_src), len(self._byte_src), len(self._call_src))
         if kind is Seq:
-            for item in node.items:
-                s = self._build(item, s)
-            t = s
+            t = self._build_seq(node.items, 0, len(node.items), s)
         elif kind is Alt:
             if not node.items:
                 self._dead = True  # NOTHING: its entry cannot reach its exit
@@ -360,22 +357,35 @@ class NFA:
                 else:
                     self._eps(self._build_seq(items, at, stop, s), target)
             for mask, tails in heads.items():
-                u = self._new()
-                self._byte_src.append(s)
-                self._byte_mask.append(mask)
-                self._byte_dst.append(u)
+                u = self._byte(s, mask)
                 if len(tails) == 1:
                     items, at, stop, target = tails[0]
                     self._eps(self._build_seq(items, at, stop, u), target)
                 else:
                     todo.append((tails, u))
 
+    def _byte(self, s: int, mask: int) -> int:
+        """A byte edge from `s` to a fresh state; return that state."""
+        mid = self._mask_id.get(mask)
+        if mid is None:
+            mid = self._mask_id[mask] = len(self._mask_id)
+        t = self._count
+        self._count = t + 1
+        self._byte_src.append(s)
+        self._byte_mask.append(mid)
+        self._byte_dst.append(t)
+        return t
+
     def _build_seq(self, items: tuple[Node, ...], at: int, stop: int, s: int) -> int:
         for i in range(at, stop):
-            s = self._build(items[i], s)
+            item = items[i]
+            # byte sets inline: most items of literals and UTF-8 sequences are bytes
+            s = self._byte(s, item.mask) if type(item) is ByteSet else self._build(item, s)
         return s
 
     def _build_repeat(self, node: Repeat, s: int) -> int:
+        if type(node.item) is ByteSet and node.max is not None:
+            return self._byte_repeat(node.item.mask, node.min, node.max, s)
         for _ in range(node.min):
             s = self._build(node.item, s)
         if node.max is None:
@@ -391,6 +401,33 @@ class NFA:
             self._eps(s, t)
             s = self._build(node.item, s)
         self._eps(s, t)
+        return t
+
+    def _byte_repeat(self, mask: int, lo: int, hi: int, s: int) -> int:
+        """`[mask]{lo,hi}` in bulk: the same edges, in the same column order, as
+        the generic loop of `_build_repeat` (whitespace gaps are `[ \\t]{0,32}`)."""
+        mid = self._mask_id.get(mask)
+        if mid is None:
+            mid = self._mask_id[mask] = len(self._mask_id)
+        c = self._count
+        # lo mandatory bytes: s -> c -> c+1 ... -> c+lo-1
+        if lo:
+            self._byte_src.append(s)
+            self._byte_src.extend(range(c, c + lo - 1))
+            s = c + lo - 1
+        # then hi-lo optional ones, each skippable to t: s -> t+1 -> ... -> t+k
+        t = c + lo
+        k = hi - lo
+        if k:
+            self._byte_src.append(s)
+            self._byte_src.extend(range(t + 1, t + k))
+        self._byte_dst.extend(range(c, c + lo))
+        self._byte_dst.extend(range(t + 1, t + k + 1))
+        self._byte_mask.extend([mid] * (lo + k))
+        self._eps_src.append(s)
+        self._eps_src.extend(range(t + 1, t + k + 1))
+        self._eps_dst.extend([t] * (k + 1))
+        self._count = t + k + 1
         return t
 
     # -- finishability ------------------------------------------------------
