@@ -19,6 +19,7 @@ from typing import Any, Iterable
 
 from grammars.ast import EMPTY, NOTHING, Alt, ByteSet, Node, Ref, alt, byteset, literal, optional, repeat, seq, star
 from grammars.errors import InvalidSchemaError
+from grammars.nfa import share
 from grammars.json_numbers import ANY_NUMBER, number_value
 from grammars.json_strings import ANY_CHAR, quoted, string_literal
 
@@ -124,6 +125,8 @@ class Whitespace:
         self.open_obj, self.close_obj = seq(literal(b"{"), g), seq(g, literal(b"}"))
         self.open_arr, self.close_arr = seq(literal(b"["), g), seq(g, literal(b"]"))
         self.around = g if policy.around_document else EMPTY
+        share(g)  # one NFA fragment per process (see `Whitespace.of`)
+        share(spaces)
 
     @classmethod
     def of(cls, policy: WhitespacePolicy) -> "Whitespace":

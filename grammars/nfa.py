@@ -39,7 +39,7 @@ import numpy as np
 
 from grammars.ast import Alt, ByteSet, Grammar, Node, Ref, Repeat, Seq
 
-__all__ = ["NFA", "NFAArrays", "INF", "gc_paused", "byte_classes"]
+__all__ = ["NFA", "NFAArrays", "INF", "gc_paused", "byte_classes", "share"]
 
 INF = 1 << 30
 
@@ -121,6 +121,52 @@ def _items(node: Node) -> tuple[Node, ...]:
     return node.items if type(node) is Seq else (node,)
 
 
+# Process-wide NFA fragments of nodes that many grammars contain (JSON
+# whitespace, string characters, numbers): id(node) -> node, kept alive so
+# that the id stays valid, and id(node) -> template (see `_template`).
+_SHARED: dict[int, Node] = {}
+_TEMPLATES: dict[int, tuple] = {}
+
+
+def share(node: Node) -> Node:
+    """Mark `node` (which must stay immutable, as all nodes are) as common to
+    many grammars: its NFA fragment is then built once per process and copied
+    into later NFAs. Returns `node`.
+
+    Example:
+        >>> from grammars.ast import byte_range, star
+        >>> gap = share(star(byte_range(32, 32)))
+        >>> NFA(Grammar({"start": gap})).num_states == NFA(Grammar({"start": gap})).num_states
+        True
+    """
+    if type(node) in (Seq, Alt, Repeat) and id(node) not in _SHARED:
+        if len(_SHARED) >= 4096:  # a bound for callers sharing per-request nodes
+            _SHARED.clear()
+            _TEMPLATES.clear()
+        _SHARED[id(node)] = node
+    return node
+
+
+def _template(nfa: "NFA", s: int, c0: int, e0: int, b0: int, t: int) -> tuple:
+    """A just-built fragment (entry `s`, states from `c0`, edges from e0/b0,
+    exit `t`) with states renumbered from 0 and the entry as -1."""
+    def rel(x: int) -> int:
+        return -1 if x == s else x - c0
+
+    inv = {v: k for k, v in nfa._mask_id.items()}
+    masks: list[int] = []
+    local: dict[int, int] = {}
+    idx = []
+    for i in nfa._byte_mask[b0:]:
+        j = local.get(i)
+        if j is None:
+            j = local[i] = len(masks)
+            masks.append(inv[i])
+        idx.append(j)
+    return (nfa._count - c0, rel(t), [rel(a) for a in nfa._eps_src[e0:]], [b - c0 for b in nfa._eps_dst[e0:]],
+            [rel(a) for a in nfa._byte_src[b0:]], [b - c0 for b in nfa._byte_dst[b0:]], masks, idx, nfa._dead)
+
+
 class NFA:
     """Byte-level NFA of a grammar; rule 0 is the start rule.
 
@@ -184,11 +230,13 @@ class NFA:
         n = self._count
 
         def group(src: list[int], *cols: list[int]) -> tuple[np.ndarray, ...]:
-            src_a = np.array(src, dtype=np.int64)
-            order = np.argsort(src_a, kind="stable")
             ptr = np.zeros(n + 1, dtype=np.int64)
-            np.cumsum(np.bincount(src_a, minlength=n), out=ptr[1:])
-            return (ptr,) + tuple(np.array(c, dtype=np.int64)[order] for c in cols)
+            if not src:  # e.g. no calls: skip the numpy calls, which dominate small NFAs
+                return (ptr,) + tuple(np.zeros(0, dtype=np.int64) for _ in cols)
+            table = np.array((src, *cols), dtype=np.int64)  # one conversion for all columns
+            order = np.argsort(table[0], kind="stable")
+            np.cumsum(np.bincount(table[0], minlength=n), out=ptr[1:])
+            return (ptr, *table[1:, order])
 
         masks = tuple(sorted(self._masks))
         rank = {m: i for i, m in enumerate(masks)}
@@ -270,7 +318,9 @@ class NFA:
         if frag is not None:
             return self._copy(frag, s)
         mark = (s, self._count, len(self._eps_src), len(self._byte_src), len(self._call_src))
-        if kind is Seq:
+        if self.replay and id(node) in _SHARED:
+            t = self._build_shared(node, s)
+        elif kind is Seq:
             t = self._build_seq(node.items, 0, len(node.items), s)
         elif kind is Alt:
             if not node.items:
@@ -283,6 +333,42 @@ class NFA:
             raise TypeError(f"not a grammar node: {node!r}")
         self._frags[node] = (*mark, self._count, t, len(self._eps_src), len(self._byte_src), len(self._call_src))
         return t
+
+    def _build_shared(self, node: Node, s: int) -> int:
+        """Build a `share`d node from its process-wide template (recorded on its
+        first build in any NFA), on fresh states from entry `s`."""
+        tpl = _TEMPLATES.get(id(node))
+        if tpl is None:
+            was_dead, self._dead = self._dead, False
+            c0, e0, b0, k0 = self._count, len(self._eps_src), len(self._byte_src), len(self._call_src)
+            kind = type(node)
+            if kind is Seq:
+                t = self._build_seq(node.items, 0, len(node.items), s)
+            elif kind is Alt:
+                t = self._new()
+                self._build_alt([_items(x) for x in node.items], s, t)
+            else:
+                t = self._build_repeat(node, s)
+            if len(self._call_src) == k0:  # rule numbers differ between grammars
+                _TEMPLATES[id(node)] = _template(self, s, c0, e0, b0, t)
+            self._dead = was_dead or self._dead
+            return t
+        size, exit_, eps_src, eps_dst, byte_src, byte_dst, masks, mask_idx, dead = tpl
+        d = self._count
+        self._count += size
+        self._dead = self._dead or dead
+        self._eps_src.extend([s if a < 0 else a + d for a in eps_src])
+        self._eps_dst.extend([b + d for b in eps_dst])
+        self._byte_src.extend([s if a < 0 else a + d for a in byte_src])
+        self._byte_dst.extend([b + d for b in byte_dst])
+        ids = []
+        for m in masks:
+            mid = self._mask_id.get(m)
+            if mid is None:
+                mid = self._mask_id[m] = len(self._mask_id)
+            ids.append(mid)
+        self._byte_mask.extend([ids[i] for i in mask_idx])
+        return s if exit_ < 0 else exit_ + d
 
     def _copy(self, frag: tuple[int, ...], s: int) -> int:
         """Replay a recorded fragment from entry `s`, on fresh states.
