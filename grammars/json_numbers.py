@@ -34,6 +34,7 @@ from typing import Callable, Iterable
 from grammars.ast import (
     EMPTY, NOTHING, Node, alt, byte_range, byteset, literal, optional, plus, repeat, seq, star,
 )
+from grammars.nfa import share
 
 __all__ = [
     "Interval", "int_range", "digits_with_zeros", "decimal_interval", "number_interval",
@@ -54,6 +55,8 @@ ANY_NUMBER: Node = seq(
     optional(seq(literal(b"."), plus(DIGIT))),
     optional(seq(EXP, optional(_SIGN), plus(DIGIT))),
 )
+for _part in (*ANY_INTEGER.items, *ANY_NUMBER.items):  # NFA fragments built once per process
+    share(_part)
 
 
 def _dec_digit(lo: int, hi: int) -> Node:

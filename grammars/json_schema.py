@@ -112,7 +112,7 @@ def json_schema_grammar(
             raise ValueError(f"{name} must be a non-negative int, got {value!r}")
     policy = WhitespacePolicy.named(whitespace)
     root = load_schema(schema)
-    c = Compiler(root, strict=strict, ws=Whitespace(policy), any_order=any_order,
+    c = Compiler(root, strict=strict, ws=Whitespace.of(policy), any_order=any_order,
                  allow_approximate=allow_approximate)
     body = c.root_node()
     rules = {"start": seq(c.ws.around, body, c.ws.around), **c.rules}
@@ -436,7 +436,7 @@ class Compiler:
         hit = self._acceptors.get(id(schema))
         if hit is None or hit[0] is not schema:
             # A separate compiler: compact whitespace, and its own recursion rules.
-            sub = Compiler(self.root, ws=Whitespace(WhitespacePolicy.named("compact")), strict=self.strict,
+            sub = Compiler(self.root, ws=Whitespace.of(WhitespacePolicy.named("compact")), strict=self.strict,
                            allow_approximate=self.approximate)
             node = sub.node(schema, path, base)
             hit = (schema, LazyDFA(Grammar({"start": node, **sub.rules}), max_depth=64))

@@ -28,6 +28,7 @@ from grammars.ast import (
     EMPTY, MAX_CODEPOINT, NOTHING, Node, alt, byteset, codepoints, literal, repeat, seq, star,
 )
 from grammars.json_numbers import fixed_range
+from grammars.nfa import share
 
 __all__ = [
     "json_char", "ANY_CHAR", "ALL_CODEPOINTS", "string_literal", "string_not_in", "quoted",
@@ -119,7 +120,8 @@ def _json_char(ranges: Ranges) -> Node:
     if bmp:
         parts.append(seq(_U, alt(*(_hex4(a, b) for a, b in bmp))))
     parts += [_surrogate_pairs(a, b) for a, b in _clip(ranges, 0x10000, MAX_CODEPOINT)]
-    return alt(*parts)
+    # cached, so the same object in every schema: its NFA fragment is built once per process
+    return share(alt(*parts))
 
 
 def json_char(ranges: Iterable[tuple[int, int]]) -> Node:

@@ -19,6 +19,7 @@ from typing import Any, Iterable
 
 from grammars.ast import EMPTY, NOTHING, Alt, ByteSet, Node, Ref, alt, byteset, literal, optional, repeat, seq, star
 from grammars.errors import InvalidSchemaError
+from grammars.nfa import share
 from grammars.json_numbers import ANY_NUMBER, number_value
 from grammars.json_strings import ANY_CHAR, quoted, string_literal
 
@@ -124,6 +125,20 @@ class Whitespace:
         self.open_obj, self.close_obj = seq(literal(b"{"), g), seq(g, literal(b"}"))
         self.open_arr, self.close_arr = seq(literal(b"["), g), seq(g, literal(b"]"))
         self.around = g if policy.around_document else EMPTY
+        share(g)  # one NFA fragment per process (see `Whitespace.of`)
+        share(spaces)
+
+    @classmethod
+    def of(cls, policy: WhitespacePolicy) -> "Whitespace":
+        """The (shared, immutable) `Whitespace` of `policy`: building its nodes
+        is a sizable part of compiling a small schema, and shared node objects
+        compare by identity."""
+        ws = _WHITESPACE.get(policy)
+        if ws is None:
+            if len(_WHITESPACE) >= 64:
+                _WHITESPACE.clear()
+            ws = _WHITESPACE[policy] = cls(policy)
+        return ws
 
     def obj(self, body: Node) -> Node:
         return seq(self.open_obj, body, self.close_obj)
@@ -140,6 +155,9 @@ class Whitespace:
         first_hi = None if hi is None else hi - 1
         more = seq(item, repeat(seq(self.sep, item), max(lo - 1, 0), first_hi))
         return more if lo > 0 else optional(more)
+
+
+_WHITESPACE: dict[WhitespacePolicy, Whitespace] = {}
 
 
 # ---------------------------------------------------------------------------

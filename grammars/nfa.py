@@ -39,7 +39,7 @@ import numpy as np
 
 from grammars.ast import Alt, ByteSet, Grammar, Node, Ref, Repeat, Seq
 
-__all__ = ["NFA", "NFAArrays", "INF", "gc_paused", "byte_classes"]
+__all__ = ["NFA", "NFAArrays", "INF", "gc_paused", "byte_classes", "share"]
 
 INF = 1 << 30
 
@@ -59,23 +59,33 @@ def gc_paused() -> Iterator[None]:
 
 def byte_classes(masks: set[int]) -> np.ndarray:
     """int32[256]: class id per byte; bytes in the same class are in exactly the
-    same masks. Ids follow the order of `np.unique` over the bytes' membership
-    columns (masks sorted), which is what `LazyDFA` used; this is ~20x faster
-    than `np.unique(..., axis=0)` because it sorts 256 packed byte strings.
+    same masks. Ids follow the lexicographic order of the bytes' membership
+    columns (masks sorted), which is what `np.unique(..., axis=0)` gives and
+    what `LazyDFA` used; this is ~20x faster than that.
 
     Example:
         >>> byte_classes({0b110}).tolist()[:4]
         [0, 1, 1, 0]
     """
-    ordered = sorted(masks)
-    if not ordered:
+    if not masks:
         return np.zeros(256, dtype=np.int32)
+    ordered = sorted(masks)
+    k = len(ordered)
     raw = np.frombuffer(b"".join(m.to_bytes(32, "little") for m in ordered), np.uint8)
-    bits = np.unpackbits(raw.reshape(len(ordered), 32), axis=1, bitorder="little")  # (masks, 256)
-    # Big-endian packing of each byte's membership column keeps lexicographic order.
-    keys = [col.tobytes() for col in np.packbits(bits.T, axis=1)]
-    index = {k: i for i, k in enumerate(sorted(set(keys)))}
-    return np.array([index[k] for k in keys], dtype=np.int32)
+    bits = np.unpackbits(raw.reshape(k, 32), axis=1, bitorder="little")  # (masks, 256)
+    # Pack each byte's membership column along the mask axis (contiguous, fast),
+    # zero-padded to whole 64-bit words: big-endian words keep lexicographic order.
+    cols = np.zeros((-(-k // 64) * 8, 256), np.uint8)
+    cols[: (k + 7) // 8] = np.packbits(bits, axis=0)
+    words = np.ascontiguousarray(cols.T).view(">u8")  # (256, words)
+    order = np.lexsort(words.T[::-1])  # last key is primary: the first word
+    ranked = words[order]
+    new = np.empty(256, np.int32)
+    new[0] = 0
+    new[1:] = (ranked[1:] != ranked[:-1]).any(axis=1)
+    classes = np.empty(256, np.int32)
+    classes[order] = np.cumsum(new, dtype=np.int32)
+    return classes
 
 
 @dataclass(frozen=True, eq=False)
@@ -111,6 +121,52 @@ def _items(node: Node) -> tuple[Node, ...]:
     return node.items if type(node) is Seq else (node,)
 
 
+# Process-wide NFA fragments of nodes that many grammars contain (JSON
+# whitespace, string characters, numbers): id(node) -> node, kept alive so
+# that the id stays valid, and id(node) -> template (see `_template`).
+_SHARED: dict[int, Node] = {}
+_TEMPLATES: dict[int, tuple] = {}
+
+
+def share(node: Node) -> Node:
+    """Mark `node` (which must stay immutable, as all nodes are) as common to
+    many grammars: its NFA fragment is then built once per process and copied
+    into later NFAs. Returns `node`.
+
+    Example:
+        >>> from grammars.ast import byte_range, star
+        >>> gap = share(star(byte_range(32, 32)))
+        >>> NFA(Grammar({"start": gap})).num_states == NFA(Grammar({"start": gap})).num_states
+        True
+    """
+    if type(node) in (Seq, Alt, Repeat) and id(node) not in _SHARED:
+        if len(_SHARED) >= 4096:  # a bound for callers sharing per-request nodes
+            _SHARED.clear()
+            _TEMPLATES.clear()
+        _SHARED[id(node)] = node
+    return node
+
+
+def _template(nfa: "NFA", s: int, c0: int, e0: int, b0: int, t: int) -> tuple:
+    """A just-built fragment (entry `s`, states from `c0`, edges from e0/b0,
+    exit `t`) with states renumbered from 0 and the entry as -1."""
+    def rel(x: int) -> int:
+        return -1 if x == s else x - c0
+
+    inv = {v: k for k, v in nfa._mask_id.items()}
+    masks: list[int] = []
+    local: dict[int, int] = {}
+    idx = []
+    for i in nfa._byte_mask[b0:]:
+        j = local.get(i)
+        if j is None:
+            j = local[i] = len(masks)
+            masks.append(inv[i])
+        idx.append(j)
+    return (nfa._count - c0, rel(t), [rel(a) for a in nfa._eps_src[e0:]], [b - c0 for b in nfa._eps_dst[e0:]],
+            [rel(a) for a in nfa._byte_src[b0:]], [b - c0 for b in nfa._byte_dst[b0:]], masks, idx, nfa._dead)
+
+
 class NFA:
     """Byte-level NFA of a grammar; rule 0 is the start rule.
 
@@ -144,7 +200,8 @@ class NFA:
         self._eps_src: list[int] = []
         self._eps_dst: list[int] = []
         self._byte_src: list[int] = []
-        self._byte_mask: list[int] = []
+        self._byte_mask: list[int] = []  # mask ids, numbered in order of first use
+        self._mask_id: dict[int, int] = {}
         self._byte_dst: list[int] = []
         self._call_src: list[int] = []
         self._call_rule: list[int] = []
@@ -158,14 +215,14 @@ class NFA:
             start = self._new()
             self.rule_start.append(start)
             self.rule_end.append(self._build(grammar.rules[name], start))
-        self._masks = frozenset(self._byte_mask)
+        self._masks = frozenset(self._mask_id)
         self.is_end: list[bool] = [False] * self._count
         for end in self.rule_end:
             self.is_end[end] = True
         self.max_depth = max_depth
         self.need: list[int] = self._compute_need(max_depth)
         self.arrays = self._csr()
-        del self._frags, self._dead, self._eps_src, self._eps_dst, self._byte_src, self._byte_mask, self._byte_dst
+        del self._frags, self._dead, self._mask_id, self._eps_src, self._eps_dst, self._byte_src, self._byte_mask, self._byte_dst
         del self._call_src, self._call_rule, self._call_dst
 
     def _csr(self) -> "NFAArrays":
@@ -173,16 +230,21 @@ class NFA:
         n = self._count
 
         def group(src: list[int], *cols: list[int]) -> tuple[np.ndarray, ...]:
-            src_a = np.array(src, dtype=np.int64)
-            order = np.argsort(src_a, kind="stable")
             ptr = np.zeros(n + 1, dtype=np.int64)
-            np.cumsum(np.bincount(src_a, minlength=n), out=ptr[1:])
-            return (ptr,) + tuple(np.array(c, dtype=np.int64)[order] for c in cols)
+            if not src:  # e.g. no calls: skip the numpy calls, which dominate small NFAs
+                return (ptr,) + tuple(np.zeros(0, dtype=np.int64) for _ in cols)
+            table = np.array((src, *cols), dtype=np.int64)  # one conversion for all columns
+            order = np.argsort(table[0], kind="stable")
+            np.cumsum(np.bincount(table[0], minlength=n), out=ptr[1:])
+            return (ptr, *table[1:, order])
 
         masks = tuple(sorted(self._masks))
-        mask_id = {m: i for i, m in enumerate(masks)}
+        rank = {m: i for i, m in enumerate(masks)}
+        # first-use ids -> ascending-mask ids, applied to the whole column at once
+        remap = np.array([rank[m] for m in self._mask_id], dtype=np.int64)
         eps_ptr, eps_dst = group(self._eps_src, self._eps_dst)
-        edge_ptr, edge_dst, edge_mask = group(self._byte_src, self._byte_dst, [mask_id[m] for m in self._byte_mask])
+        edge_ptr, edge_dst, edge_mask = group(self._byte_src, self._byte_dst, self._byte_mask)
+        edge_mask = remap[edge_mask] if len(edge_mask) else edge_mask
         call_ptr, call_rule, call_dst = group(self._call_src, self._call_rule, self._call_dst)
         return NFAArrays(eps_ptr, eps_dst, edge_ptr, edge_dst, edge_mask, masks, call_ptr, call_rule, call_dst)
 
@@ -245,12 +307,7 @@ class NFA:
         """
         kind = type(node)
         if kind is ByteSet:
-            t = self._count
-            self._count += 1
-            self._byte_src.append(s)
-            self._byte_mask.append(node.mask)
-            self._byte_dst.append(t)
-            return t
+            return self._byte(s, node.mask)
         if kind is Ref:
             t = self._new()
             self._call_src.append(s)
@@ -261,10 +318,10 @@ class NFA:
         if frag is not None:
             return self._copy(frag, s)
         mark = (s, self._count, len(self._eps_src), len(self._byte_src), len(self._call_src))
-        if kind is Seq:
-            for item in node.items:
-                s = self._build(item, s)
-            t = s
+        if self.replay and id(node) in _SHARED:
+            t = self._build_shared(node, s)
+        elif kind is Seq:
+            t = self._build_seq(node.items, 0, len(node.items), s)
         elif kind is Alt:
             if not node.items:
                 self._dead = True  # NOTHING: its entry cannot reach its exit
@@ -276,6 +333,42 @@ class NFA:
             raise TypeError(f"not a grammar node: {node!r}")
         self._frags[node] = (*mark, self._count, t, len(self._eps_src), len(self._byte_src), len(self._call_src))
         return t
+
+    def _build_shared(self, node: Node, s: int) -> int:
+        """Build a `share`d node from its process-wide template (recorded on its
+        first build in any NFA), on fresh states from entry `s`."""
+        tpl = _TEMPLATES.get(id(node))
+        if tpl is None:
+            was_dead, self._dead = self._dead, False
+            c0, e0, b0, k0 = self._count, len(self._eps_src), len(self._byte_src), len(self._call_src)
+            kind = type(node)
+            if kind is Seq:
+                t = self._build_seq(node.items, 0, len(node.items), s)
+            elif kind is Alt:
+                t = self._new()
+                self._build_alt([_items(x) for x in node.items], s, t)
+            else:
+                t = self._build_repeat(node, s)
+            if len(self._call_src) == k0:  # rule numbers differ between grammars
+                _TEMPLATES[id(node)] = _template(self, s, c0, e0, b0, t)
+            self._dead = was_dead or self._dead
+            return t
+        size, exit_, eps_src, eps_dst, byte_src, byte_dst, masks, mask_idx, dead = tpl
+        d = self._count
+        self._count += size
+        self._dead = self._dead or dead
+        self._eps_src.extend([s if a < 0 else a + d for a in eps_src])
+        self._eps_dst.extend([b + d for b in eps_dst])
+        self._byte_src.extend([s if a < 0 else a + d for a in byte_src])
+        self._byte_dst.extend([b + d for b in byte_dst])
+        ids = []
+        for m in masks:
+            mid = self._mask_id.get(m)
+            if mid is None:
+                mid = self._mask_id[m] = len(self._mask_id)
+            ids.append(mid)
+        self._byte_mask.extend([ids[i] for i in mask_idx])
+        return s if exit_ < 0 else exit_ + d
 
     def _copy(self, frag: tuple[int, ...], s: int) -> int:
         """Replay a recorded fragment from entry `s`, on fresh states.
@@ -350,22 +443,35 @@ class NFA:
                 else:
                     self._eps(self._build_seq(items, at, stop, s), target)
             for mask, tails in heads.items():
-                u = self._new()
-                self._byte_src.append(s)
-                self._byte_mask.append(mask)
-                self._byte_dst.append(u)
+                u = self._byte(s, mask)
                 if len(tails) == 1:
                     items, at, stop, target = tails[0]
                     self._eps(self._build_seq(items, at, stop, u), target)
                 else:
                     todo.append((tails, u))
 
+    def _byte(self, s: int, mask: int) -> int:
+        """A byte edge from `s` to a fresh state; return that state."""
+        mid = self._mask_id.get(mask)
+        if mid is None:
+            mid = self._mask_id[mask] = len(self._mask_id)
+        t = self._count
+        self._count = t + 1
+        self._byte_src.append(s)
+        self._byte_mask.append(mid)
+        self._byte_dst.append(t)
+        return t
+
     def _build_seq(self, items: tuple[Node, ...], at: int, stop: int, s: int) -> int:
         for i in range(at, stop):
-            s = self._build(items[i], s)
+            item = items[i]
+            # byte sets inline: most items of literals and UTF-8 sequences are bytes
+            s = self._byte(s, item.mask) if type(item) is ByteSet else self._build(item, s)
         return s
 
     def _build_repeat(self, node: Repeat, s: int) -> int:
+        if type(node.item) is ByteSet and node.max is not None:
+            return self._byte_repeat(node.item.mask, node.min, node.max, s)
         for _ in range(node.min):
             s = self._build(node.item, s)
         if node.max is None:
@@ -381,6 +487,33 @@ class NFA:
             self._eps(s, t)
             s = self._build(node.item, s)
         self._eps(s, t)
+        return t
+
+    def _byte_repeat(self, mask: int, lo: int, hi: int, s: int) -> int:
+        """`[mask]{lo,hi}` in bulk: the same edges, in the same column order, as
+        the generic loop of `_build_repeat` (whitespace gaps are `[ \\t]{0,32}`)."""
+        mid = self._mask_id.get(mask)
+        if mid is None:
+            mid = self._mask_id[mask] = len(self._mask_id)
+        c = self._count
+        # lo mandatory bytes: s -> c -> c+1 ... -> c+lo-1
+        if lo:
+            self._byte_src.append(s)
+            self._byte_src.extend(range(c, c + lo - 1))
+            s = c + lo - 1
+        # then hi-lo optional ones, each skippable to t: s -> t+1 -> ... -> t+k
+        t = c + lo
+        k = hi - lo
+        if k:
+            self._byte_src.append(s)
+            self._byte_src.extend(range(t + 1, t + k))
+        self._byte_dst.extend(range(c, c + lo))
+        self._byte_dst.extend(range(t + 1, t + k + 1))
+        self._byte_mask.extend([mid] * (lo + k))
+        self._eps_src.append(s)
+        self._eps_src.extend(range(t + 1, t + k + 1))
+        self._eps_dst.extend([t] * (k + 1))
+        self._count = t + k + 1
         return t
 
     # -- finishability ------------------------------------------------------

@@ -117,3 +117,18 @@ def test_byte_classes_match_np_unique(masks: set[int]) -> None:
 def test_byte_classes_on_a_schema() -> None:
     nfa = NFA(json_schema_grammar({"type": "object", "properties": {"a": {"type": "string", "format": "email"}}}))
     assert byte_classes(nfa.masks()).tolist() == _reference_classes(nfa.masks()).tolist()
+
+
+def test_shared_templates_build_the_same_nfa(monkeypatch: pytest.MonkeyPatch) -> None:
+    import grammars.nfa as nfa_module
+
+    g = json_schema_grammar({"type": "object", "properties": {"a": {"type": "string"}, "n": {"type": "number"}}})
+    monkeypatch.setattr(nfa_module, "_TEMPLATES", {})
+    cold = NFA(g, max_depth=g.info["max_depth"])       # records the templates
+    assert nfa_module._TEMPLATES                         # whitespace, string chars, numbers are shared
+    warm = NFA(g, max_depth=g.info["max_depth"])       # replays them
+    monkeypatch.setattr(NFA, "replay", False)
+    plain = NFA(g, max_depth=g.info["max_depth"])
+    assert _shape(cold) == _shape(warm) == _shape(plain)
+    assert warm.arrays.masks == plain.arrays.masks
+    assert warm.arrays.edge_mask.tolist() == plain.arrays.edge_mask.tolist()
