@@ -154,3 +154,20 @@ def test_native_equivalence_matches_python():
         a, b = dfa.walk(dfa.initial, x), dfa.walk(dfa.initial, y)
         assert a != b and equivalent(dfa, a, b) and dfa.equivalent(a, b), pattern
         assert not dfa.equivalent(a, dfa.initial) and not equivalent(dfa, a, dfa.initial)
+
+
+def test_wide_states_and_scratch_growth():
+    """States with more than 63 moves take the per-class path; the kernel scratch grows on demand."""
+    from grammars.ast import byte_range
+
+    # distinct suffixes (shared ones would be built once): after "a", all 90 branches are alive
+    branches = [seq(byte_range(97, 97 + i % 26), byte_range(48 + i % 10, 57), literal(b"x%d" % i)) for i in range(90)]
+    g = Grammar({"start": alt(*branches)})
+    jit, ref = JitDFA(g), LazyDFA(g)
+    assert same_language(jit, ref, 20_000) > 20
+    n, a = jit.nfa.num_states, jit.nfa.arrays
+    moves = [sum(int(a.edge_ptr[c % n + 1] - a.edge_ptr[c % n]) for c in jit._cfg_data[jit._cfg_ptr[s]:jit._cfg_ptr[s + 1]]
+                 if c >= 0) for s in range(jit.num_states)]
+    assert max(moves) > 63 and len(jit._W[5]) > 256
+    for text in [b"a0x0", b"z9x89", b"m5x12", b"a", b"a5x7", b"b0x1"]:
+        assert jit.matches(text) == ref.matches(text), text
