@@ -12,12 +12,20 @@ is built once per session.
 from __future__ import annotations
 
 import functools
+import importlib.util
+import os
 from typing import Any, Callable
 
 import pytest
 
 from constrained.gguf_tokenizers import hf_tokenizer, load_tokenizer
 from constrained.vocab import Vocabulary
+
+# Tests of the compiled kernels: they need numba, and are skipped when the
+# kernels are switched off on purpose (CONSTRAINED_JIT=0 runs the numpy paths).
+requires_jit = pytest.mark.skipif(
+    importlib.util.find_spec("numba") is None or os.environ.get("CONSTRAINED_JIT", "1") == "0",
+    reason="compiled kernels unavailable (numba missing or CONSTRAINED_JIT=0)")
 
 _load = functools.cache(load_tokenizer)
 _hf = functools.cache(hf_tokenizer)

@@ -15,7 +15,9 @@ from grammars.json_schema import json_schema_grammar
 from grammars.regex import regex_grammar
 from tests.test_dfa import brackets, json_like
 
-pytest.importorskip("numba")
+from tests.conftest import requires_jit  # noqa: E402
+
+pytestmark = requires_jit
 from constrained.dfa_jit import JitDFA, load_kernels  # noqa: E402
 
 REGEXES = [r"[a-z]+@[a-z]+\.(com|org)", r"(ab|a)*b?", r"\d{2,5}(\.\d+)?", r"([^\x00-\x2f]|[0-9_])+", r"(a|b)*a(a|b){4}"]

@@ -19,7 +19,10 @@ from constrained.token_fsm import TokenFSM
 from grammars.dfa import LazyDFA
 from grammars.json_schema import json_schema_grammar
 from grammars.regex import regex_grammar
+from tests.conftest import requires_jit
 from tests.test_token_fsm import REGEXES, prefix_states
+
+pytestmark = requires_jit
 
 
 def _cases() -> list[tuple[str, object, int, list[bytes]]]:

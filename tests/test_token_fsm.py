@@ -25,6 +25,7 @@ from constrained.vocab import Vocabulary
 from grammars.dfa import LazyDFA
 from grammars.regex import regex_grammar
 from bench.mask_corpus import CASES as BENCH_CASES
+from tests.conftest import requires_jit
 from tests.schema_corpus import BY_NAME
 
 VOCABS = ["gpt-2", "llama-bpe", "llama-spm", "qwen2"]
@@ -398,6 +399,7 @@ def test_byteset_slice_matches_generic_construction(name, vocabulary):
         build_byteset_slice(1 << 200, index.trie, index.usable, index.n_words)
 
 
+@requires_jit
 @pytest.mark.parametrize("name", ["llama-bpe", "llama-spm"])
 def test_compiled_walk_matches_numpy_walk(name, vocabulary, monkeypatch):
     """The numba trie walk (`constrained.walk_jit`) and the numpy one give the same masks and next states."""
