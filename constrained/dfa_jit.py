@@ -286,8 +286,13 @@ class JitDFA(LazyDFA):
     # -- the trie walk ----------------------------------------------------------
 
     def walk_tokens(self, trie, nodes: np.ndarray, states: np.ndarray,
-                    emit_first: bool) -> tuple[np.ndarray, np.ndarray]:
-        """Tokens readable from (trie node, DFA state) pairs; see `walk_jit`. Rows are computed in place."""
+                    emit_first: int) -> tuple[np.ndarray, np.ndarray]:
+        """Tokens readable from (trie node, DFA state) pairs, and their next states.
+
+        `emit_first` as in `dfa_kernels.walk_native`: 0, the walk starts below
+        the nodes; 1, the nodes' own tokens count too; 2, likewise, with each
+        state taken *before* its node's byte. Rows are computed in place.
+        """
         nodes = np.ascontiguousarray(nodes, dtype=np.int32)
         states = np.ascontiguousarray(states, dtype=np.int32)
         out_ids, out_next, pend_nodes, pend_states, stack_n, stack_s = _scratch(trie, len(nodes))
@@ -295,16 +300,18 @@ class JitDFA(LazyDFA):
         got = 0
         while True:
             n_out, n_pend, status = self._k.walk_native(
-                nodes, states, emit_first, trie.n_roots, trie.byte, trie.child_lo, trie.child_hi, trie.term_lo,
-                trie.term_hi, trie.term_ids, self.byte_class, self._N, self._S, self._W,
+                nodes, states, int(emit_first), trie.n_roots, trie.byte, trie.child_lo, trie.child_hi,
+                trie.term_lo, trie.term_hi, trie.term_ids, self.byte_class, self._N, self._S, self._W,
                 out_ids, out_next, pend_nodes, pend_states, stack_n, stack_s)
             if not n_pend:
                 break
             self._grow(int(status))
+            if n_pend < 0:
+                continue                           # nothing was done: redo the call
             out_ids, out_next = out_ids[n_out:], out_next[n_out:]
             got += n_out
             nodes, states = pend_nodes[:n_pend].copy(), pend_states[:n_pend].copy()
-            emit_first = False
+            emit_first = 0
         total = got + n_out
         return ids_buf[:total].copy(), next_buf[:total].copy()
 

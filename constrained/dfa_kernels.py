@@ -481,20 +481,35 @@ def walk_native(nodes, states, emit_first, n_roots, byte, child_lo, child_hi, te
                 byte_class, N, S, W, out_ids, out_next, pend_nodes, pend_states, stack_n, stack_s):  # pragma: no cover
     """`walk_jit`'s trie walk, computing missing DFA rows in place.
 
+    `emit_first`: 0, visit the start nodes' children (their states are after
+    their byte); 1, also emit the start nodes' own tokens; 2, as 1 but the
+    states are *before* each start node's byte (the kernel takes that step).
     Pairs whose row could not be computed (a table must grow first) are
-    handed back in `pend_*`; `stack_*` are scratch (n_nodes + len(nodes) + 1
-    each). Returns (tokens written, pairs pending, status).
+    handed back in `pend_*`, or, in mode 2 before anything was emitted, the
+    whole call is to be redone (pairs pending -1). `stack_*` are scratch
+    (n_nodes + len(nodes) + 1 each). Returns (tokens written, pairs pending, status).
     """
     table = S[0]
     sp = 0
     n_out = 0
     n_pend = 0
     status = OK
+    if emit_first == 2:
+        for i in range(len(nodes)):
+            s = states[i]
+            if s >= 0 and table[s, 0] == UNEXPANDED:
+                status = expand_row(N, S, W, s)
+                if status != OK:
+                    return 0, -1, status
     for i in range(len(nodes)):
         node = nodes[i]
         s = states[i]
         if s < 0:
             continue
+        if emit_first == 2:
+            s = table[s, byte_class[byte[node]]]
+            if s < 0:
+                continue
         if emit_first and node >= 0:
             for k in range(term_lo[node], term_hi[node]):
                 out_ids[n_out] = term_ids[k]

@@ -249,14 +249,17 @@ class TokenFSM:
             # nodes above the exits are inside the slice, in known states: start at the exits;
             # tokens starting with an excluded byte are walked from their root
             nodes, before = view.exit_frontier()
-            dfa.expand(np.unique(before))
-            starts = trie.step(before, nodes, *walk_args)
             if view.excluded is not None:
                 roots = trie.root_of_byte[np.flatnonzero(view.excluded)]
                 roots = roots[roots >= 0]
                 nodes = np.concatenate((nodes, roots))
-                starts = np.concatenate((starts, dfa.transitions(state)[trie.byte[roots]]))
-            ids, nxt = trie.walk_from(nodes, starts, *walk_args, native=native)
+                before = np.concatenate((before, np.full(len(roots), state, dtype=before.dtype)))
+            if native is not None:                  # steps over each node's byte, then walks on
+                ids, nxt = native(trie, nodes, before, 2)
+            else:
+                dfa.expand(np.unique(before))
+                starts = trie.step(before, nodes, *walk_args)
+                ids, nxt = trie.walk_from(nodes, starts, *walk_args)
         base = view.bitmask() if view is not None else None
         bitmask = ids_bitmask(ids, self.index.n_words, base)
         if accepting:

@@ -126,7 +126,7 @@ class VocabTrie:
         node instead of ~30 us of numpy call overhead.
         """
         if native is not None:
-            return native(self, np.array([-1], np.int32), np.array([start], np.int32), False)
+            return native(self, np.array([-1], np.int32), np.array([start], np.int32), 0)
         kernel = load_kernel()
         if kernel is not None:
             expand(np.array([start], dtype=np.int32))
@@ -142,7 +142,7 @@ class VocabTrie:
                   native: Callable | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Like `walk`, from given nodes whose DFA states (after their byte) are known (-1: dead)."""
         if native is not None:
-            return native(self, nodes, states, True)
+            return native(self, nodes, states, 1)
         kernel = load_kernel()
         if kernel is not None:
             return jit_walk(self, kernel, nodes, states, True, byte_class, get_table, expand)

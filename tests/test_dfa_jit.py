@@ -173,3 +173,23 @@ def test_wide_states_and_scratch_growth():
     assert max(moves) > 63 and len(jit._W[5]) > 256
     for text in [b"a0x0", b"z9x89", b"m5x12", b"a", b"a5x7", b"b0x1"]:
         assert jit.matches(text) == ref.matches(text), text
+
+
+def test_walk_tokens_steps_from_states_before_the_nodes(vocabulary):
+    """Mode 2 (states before each start node's byte) equals stepping first, then mode 1."""
+    from constrained.vocab_index import VocabIndex
+
+    trie = VocabIndex.for_vocab(vocabulary("gpt-2")).trie
+    for _, g, depth in corpus_grammars(8):
+        fresh, stepped = JitDFA(g, max_depth=depth), JitDFA(g, max_depth=depth)
+        q = fresh.walk(fresh.initial, b'{"')
+        if q < 0:
+            continue
+        nodes = np.arange(0, trie.n_nodes, 97, dtype=np.int32)
+        before = np.full(len(nodes), q, dtype=np.int32)
+        ids, nxt = fresh.walk_tokens(trie, nodes, before, 2)       # rows computed as met
+        q2 = stepped.walk(stepped.initial, b'{"')
+        after = np.array([stepped.next_state(q2, int(b)) for b in trie.byte[nodes]], dtype=np.int32)
+        want_ids, want_next = stepped.walk_tokens(trie, nodes, after, 1)
+        assert sorted(ids.tolist()) == sorted(want_ids.tolist())
+        assert sorted(map(fresh.is_accepting, nxt.tolist())) == sorted(map(stepped.is_accepting, want_next.tolist()))
