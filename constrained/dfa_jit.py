@@ -64,6 +64,9 @@ def _warm_up() -> None:
     # nested parentheses: enough states, stacks and interned sets to grow every table once
     dfa = JitDFA(Grammar({"start": seq(literal(b"("), optional(Ref("start")), literal(b")"))}), max_depth=48)
     dfa.explore()
+    for status in (_kernels.GROW_CFG_HT, _kernels.GROW_STACK_HT):
+        dfa._grow(status)                           # loads `rehash`
+    dfa.equivalent(dfa.initial, dfa.walk(dfa.initial, b"("))
     trie = VocabTrie.build([b"[", b"[1", b"12]", b"]"])
     dfa.walk_tokens(trie, np.array([-1], np.int32), np.array([dfa.initial], np.int32), False)
 
@@ -118,10 +121,12 @@ class JitDFA(LazyDFA):
         # return states are canonicalized as in LazyDFA (see `NFA.forward`)
         call_ret = np.array([nfa.forward(t) for t in a.call_dst.tolist()], dtype=np.int64)
         params = np.array([self._n, self.max_depth, self.max_states, self.num_classes], dtype=np.int64)
-        return (
+        arrays = (
             np.array(nfa.need, dtype=np.int64), a.eps_ptr, a.eps_dst, a.call_ptr, rule_start[a.call_rule],
             call_ret, np.array(nfa.is_end, dtype=np.uint8), a.edge_ptr, a.edge_dst, a.edge_mask, mask_cls, params,
         )
+        # one layout and dtype for every grammar, so that the kernels are compiled (loaded) once
+        return tuple(np.ascontiguousarray(x, dtype=np.uint8 if x.dtype == np.uint8 else np.int64) for x in arrays)
 
     def _alloc(self) -> None:
         # sized for a typical schema's first masks, so that walks rarely stop to grow a table

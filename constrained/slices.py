@@ -354,6 +354,14 @@ def ids_bitmask(ids: np.ndarray, n_words: int, base: np.ndarray | None = None) -
 
 def equivalent(dfa, a: int, b: int) -> bool:
     """True when DFA states `a` and `b` accept the same language (bounded search; False if unsure)."""
+    native = getattr(dfa, "equivalent", None)      # a JitDFA's compiled product walk, same answers
+    if native is not None:
+        return native(a, b, _MAX_EQUIV_PAIRS)
+    return equivalent_py(dfa, a, b)
+
+
+def equivalent_py(dfa, a: int, b: int) -> bool:
+    """`equivalent` as a product walk in Python, over any DFA with `transitions`."""
     seen = {(a, b)}
     todo = [(a, b)]
     while todo:
