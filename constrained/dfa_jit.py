@@ -91,18 +91,10 @@ class JitDFA(LazyDFA):
     """
 
     def __init__(self, grammar, *, max_states: int = 100_000, max_depth: int = 64) -> None:
-        if max_depth < 0:
-            raise ValueError(f"max_depth must be >= 0, got {max_depth}")
         self._k = load_kernels()
         if self._k is None:
             raise ImportError("JitDFA needs numba: pip install 'constrained[fast]'")
-        self.grammar = grammar
-        self.max_states = max_states
-        self.max_depth = max_depth
-        self.nfa = nfa = NFA(grammar, max_depth=max_depth)
-        self._n = nfa.num_states
-        self._init_classes(nfa.masks())
-        self._trans: dict[int, np.ndarray] = {}
+        nfa = self._init_nfa(grammar, max_states, max_depth)
         self._N = self._nfa_arrays(nfa)
         self._alloc()
         self.initial: int = self._run(self._k.start_state, nfa.rule_start[0])

@@ -38,7 +38,6 @@ Arguments are bundled in three tuples, built by `JitDFA`:
 
 from __future__ import annotations
 
-import numpy as np
 from numba import njit
 
 OK = 0
@@ -324,6 +323,23 @@ def _targets(N, S, W, flat, group_ptr, n_groups, results):  # pragma: no cover -
     return OK
 
 
+@njit(cache=True, nogil=True, inline="always", _nrt=False)
+def _moves(cfg_data, lo, hi, edge_ptr, edge_dst, edge_mask, n, seed, mid):  # pragma: no cover - compiled
+    """The byte moves of configurations cfg_data[lo:hi]: target configuration and mask id of each."""
+    p = 0
+    for i in range(lo, hi):
+        cfg = cfg_data[i]
+        if cfg < 0:
+            continue
+        k = cfg // n
+        b = cfg - k * n
+        for e in range(edge_ptr[b], edge_ptr[b + 1]):
+            seed[p] = k * n + edge_dst[e]
+            mid[p] = edge_mask[e]
+            p += 1
+    return p
+
+
 @njit(cache=True, nogil=True, _nrt=False)
 def expand_row(N, S, W, s):  # pragma: no cover - compiled
     """Compute the row of state `s` (no-op when known); returns a status.
@@ -348,17 +364,7 @@ def expand_row(N, S, W, s):  # pragma: no cover - compiled
         if n_pairs > len(seed):
             return GROW_SCRATCH
         return _expand_wide(N, S, W, s, n_pairs)
-    p = 0
-    for i in range(lo, hi):
-        cfg = cfg_data[i]
-        if cfg < 0:
-            continue
-        k = cfg // n
-        b = cfg - k * n
-        for e in range(edge_ptr[b], edge_ptr[b + 1]):
-            seed[p] = k * n + edge_dst[e]
-            mid[p] = edge_mask[e]
-            p += 1
+    _moves(cfg_data, lo, hi, edge_ptr, edge_dst, edge_mask, n, seed, mid)
     # signature of a class: the bit set of the moves it takes
     n_sigs = 0
     n_flat = 0
@@ -401,17 +407,7 @@ def _expand_wide(N, S, W, s, n_pairs):  # pragma: no cover - compiled
     edge_ptr, edge_dst, edge_mask, mask_cls = N[7], N[8], N[9], N[10]
     n, n_classes = N[11][0], N[11][3]
     seed, mid, flat, row, group_ptr, results = W[5], W[6], W[7], W[8], W[13], W[10]
-    p = 0
-    for i in range(cfg_ptr[s], cfg_ptr[s + 1]):
-        cfg = cfg_data[i]
-        if cfg < 0:
-            continue
-        k = cfg // n
-        b = cfg - k * n
-        for e in range(edge_ptr[b], edge_ptr[b + 1]):
-            seed[p] = k * n + edge_dst[e]
-            mid[p] = edge_mask[e]
-            p += 1
+    _moves(cfg_data, cfg_ptr[s], cfg_ptr[s + 1], edge_ptr, edge_dst, edge_mask, n, seed, mid)
     if n_pairs > len(flat):
         return GROW_SCRATCH
     for c in range(n_classes):
@@ -479,7 +475,11 @@ def rehash(keys, vals, new_keys, new_vals):  # pragma: no cover - compiled
 @njit(cache=True, nogil=True, _nrt=False)
 def walk_native(nodes, states, emit_first, n_roots, byte, child_lo, child_hi, term_lo, term_hi, term_ids,
                 byte_class, N, S, W, out_ids, out_next, pend_nodes, pend_states, stack_n, stack_s):  # pragma: no cover
-    """`walk_jit`'s trie walk, computing missing DFA rows in place.
+    """The trie walk of a state's first mask, computing missing DFA rows in place.
+
+    Depth first from (node, state) pairs; node -1 is the virtual root (its
+    children are the roots). Each alive (node, state) pair is visited once: a
+    DFA-rejected prefix prunes its whole subtree.
 
     `emit_first`: 0, visit the start nodes' children (their states are after
     their byte); 1, also emit the start nodes' own tokens; 2, as 1 but the

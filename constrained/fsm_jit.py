@@ -8,7 +8,7 @@
 - `byteset`: a new byte-set slice (`slices.build_byteset_slice`) in one pass
   over the part of the trie inside the set.
 
-As in `walk_jit`, numba is optional and ``CONSTRAINED_JIT=0`` turns it off;
+As in `dfa_jit`, numba is optional and ``CONSTRAINED_JIT=0`` turns it off;
 the numpy code then runs and gives the same answers (tests check both).
 
 The DFA is lazy: when the level check reaches a state whose row is not

@@ -27,8 +27,6 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from constrained.walk_jit import load_kernel
-from constrained.walk_jit import walk as jit_walk
 
 __all__ = ["VocabTrie", "expand_ranges"]
 
@@ -127,11 +125,6 @@ class VocabTrie:
         """
         if native is not None:
             return native(self, np.array([-1], np.int32), np.array([start], np.int32), 0)
-        kernel = load_kernel()
-        if kernel is not None:
-            expand(np.array([start], dtype=np.int32))
-            return jit_walk(self, kernel, np.array([-1], np.int32), np.array([start], np.int32), False,
-                            byte_class, get_table, expand)
         nodes = np.arange(self.n_roots, dtype=np.int32)
         states = self.step(np.full(self.n_roots, start, dtype=np.int32), nodes,
                            byte_class, get_table, expand)
@@ -143,9 +136,6 @@ class VocabTrie:
         """Like `walk`, from given nodes whose DFA states (after their byte) are known (-1: dead)."""
         if native is not None:
             return native(self, nodes, states, 1)
-        kernel = load_kernel()
-        if kernel is not None:
-            return jit_walk(self, kernel, nodes, states, True, byte_class, get_table, expand)
         # alive (node, state) pairs; their tokens are gathered once at the end
         alive_nodes: list[np.ndarray] = []
         alive_states: list[np.ndarray] = []

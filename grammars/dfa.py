@@ -64,13 +64,7 @@ class LazyDFA:
     """
 
     def __init__(self, grammar: Grammar, *, max_states: int = 100_000, max_depth: int = 64) -> None:
-        if max_depth < 0:
-            raise ValueError(f"max_depth must be >= 0, got {max_depth}")
-        self.grammar = grammar
-        self.max_states = max_states
-        self.max_depth = max_depth
-        self.nfa = nfa = NFA(grammar, max_depth=max_depth)
-        self._n = nfa.num_states
+        nfa = self._init_nfa(grammar, max_states, max_depth)
         self._need = nfa.need
         self._eclose: list[tuple | None] = [None] * self._n
         self._moves: list[tuple | None] = [None] * self._n
@@ -78,14 +72,12 @@ class LazyDFA:
         self._stack_ids: dict[tuple[int, int], int] = {}
         self._stacks: list[tuple[int, int]] = [(-1, -1)]
         self._depth: list[int] = [0]
-        self._init_classes(nfa.masks())
         # Configuration sets are sorted tuples of ints, not frozensets: the cyclic GC
         # stops tracking such tuples, and a DFA keeps thousands of them alive.
         self._ids: dict[tuple[int, ...], int] = {}
         self._configs: list[tuple[int, ...]] = []
         self._rows: list[tuple[int, ...] | None] = []
         self._seed_memo: dict[tuple[int, ...], int] = {}
-        self._trans: dict[int, np.ndarray] = {}
         self._table = np.full((16, self.num_classes), UNEXPANDED, dtype=np.int32)
         self._accepting = np.zeros(16, dtype=bool)
         if not any(nfa.calls):
@@ -93,6 +85,19 @@ class LazyDFA:
         start = nfa.rule_start[0]
         configs = self._close([start]) if nfa.need[start] <= max_depth else ()
         self.initial: int = self._intern(configs)
+
+    def _init_nfa(self, grammar: Grammar, max_states: int, max_depth: int) -> NFA:
+        """The NFA and byte classes (shared with subclasses that determinize differently)."""
+        if max_depth < 0:
+            raise ValueError(f"max_depth must be >= 0, got {max_depth}")
+        self.grammar = grammar
+        self.max_states = max_states
+        self.max_depth = max_depth
+        self.nfa = nfa = NFA(grammar, max_depth=max_depth)
+        self._n = nfa.num_states
+        self._init_classes(nfa.masks())
+        self._trans: dict[int, np.ndarray] = {}
+        return nfa
 
     # -- public API -----------------------------------------------------------
 

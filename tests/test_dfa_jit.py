@@ -135,7 +135,7 @@ def test_native_equivalence_matches_python():
     """`JitDFA.equivalent` agrees with the Python product walk on state pairs (and `slices.equivalent` uses it)."""
     from constrained.slices import equivalent_py as equivalent
 
-    checked = agree_true = 0
+    checked = 0
     for _, g, depth in corpus_grammars(25):
         dfa = JitDFA(g, max_depth=depth)
         states = [dfa.initial]

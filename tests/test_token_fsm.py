@@ -401,32 +401,29 @@ def test_byteset_slice_matches_generic_construction(name, vocabulary):
 
 @requires_jit
 @pytest.mark.parametrize("name", ["llama-bpe", "llama-spm"])
-def test_compiled_walk_matches_numpy_walk(name, vocabulary, monkeypatch):
-    """The numba trie walk (`constrained.walk_jit`) and the numpy one give the same masks and next states."""
-    pytest.importorskip("numba")
-    import constrained.vocab_trie as vocab_trie
-    from constrained.walk_jit import load_kernel
+def test_native_fsm_matches_python_fsm(name, vocabulary):
+    """A `JitDFA` FSM (compiled rows and walk) and a `LazyDFA` one (Python rows, numpy walk) allow the
+    same tokens at the same byte prefixes, and the tokens lead to states allowing the same tokens."""
+    from constrained.dfa_jit import JitDFA
     from grammars.json_schema import json_schema_grammar
 
-    assert load_kernel() is not None, "numba is installed but the compiled walk is off (CONSTRAINED_JIT=0?)"
     vocab = vocabulary(name)
+    rng = random.Random(0)
     cases = [(regex_grammar(p), 64, [t.encode() for t in texts]) for p, texts in REGEXES]
     for case in BENCH_CASES[:6]:
         g = json_schema_grammar(case["schema"])
         cases.append((g, g.info["max_depth"], [json.dumps(v, ensure_ascii=False).encode() for v in case["instances"]]))
     checked = 0
     for grammar, depth, texts in cases:
-        dfa = LazyDFA(grammar, max_depth=depth)     # shared: state ids mean the same in both FSMs
-        compiled = TokenFSM(dfa, vocab)
-        with monkeypatch.context() as m:
-            m.setattr(vocab_trie, "load_kernel", lambda: None)
-            plain = TokenFSM(dfa, vocab)
-            states = prefix_states(dfa, texts, limit=16)
-            want = {q: plain.masks(q) for q in states}
-        for q in states:
-            got = compiled.masks(q)
-            assert np.array_equal(got.bitmask, want[q].bitmask), (grammar, q)
-            assert np.array_equal(got.ids, want[q].ids), (grammar, q)
-            assert np.array_equal(got.next, want[q].next), (grammar, q)
+        native = TokenFSM(JitDFA(grammar, max_depth=depth), vocab)
+        plain = TokenFSM(LazyDFA(grammar, max_depth=depth), vocab)
+        prefixes = list(dict.fromkeys(t[:i] for t in texts for i in range(len(t) + 1)))
+        for prefix in rng.sample(prefixes, min(16, len(prefixes))):
+            q1, q2 = native.dfa.walk(native.initial, prefix), plain.dfa.walk(plain.initial, prefix)
+            assert np.array_equal(native.bitmask(q1), plain.bitmask(q2)), (grammar, prefix)
+            allowed = plain.allowed_token_ids(q2).tolist()
+            for tok in rng.sample(allowed, min(8, len(allowed))):
+                n1, n2 = native.next_state(q1, tok), plain.next_state(q2, tok)
+                assert np.array_equal(native.bitmask(n1), plain.bitmask(n2)), (grammar, prefix, tok)
             checked += 1
     assert checked > 100
