@@ -32,6 +32,7 @@ Example:
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -41,8 +42,8 @@ from constrained import fsm_jit
 from constrained.vocab_trie import VocabTrie
 from grammars.ast import MAX_CODEPOINT, utf8_sequences
 
-__all__ = ["Slice", "UTF8_SLICES", "utf8_table", "byteset_table", "build_slice", "build_byteset_slice", "equivalent", "pack_bits",
-           "ids_bitmask"]
+__all__ = ["Slice", "UTF8_SLICES", "utf8_table", "byteset_table", "build_slice", "build_byteset_slice",
+           "derive_utf8_slice", "follows_utf8", "equivalent", "pack_bits", "ids_bitmask"]
 
 # name -> excluded ASCII bytes, in the order they are tried.
 UTF8_SLICES: dict[str, bytes] = {
@@ -217,9 +218,13 @@ class Slice:
         return sum(a.nbytes for a in arrays) + sum(m.nbytes for m in cached)
 
 
-def build_slice(name: str, table: np.ndarray, trie: VocabTrie, usable: np.ndarray, n_words: int) -> Slice:
-    """Slice tokens (among `usable`) and exit nodes of the language of `table` over `trie`."""
-    inside, count = trie.node_states(table.astype(np.int32))
+def build_slice(name: str, table: np.ndarray, trie: VocabTrie, usable: np.ndarray, n_words: int,
+                states: tuple[np.ndarray, np.ndarray] | None = None) -> Slice:
+    """Slice tokens (among `usable`) and exit nodes of the language of `table` over `trie`.
+
+    `states` is `trie.node_states(table)` when the caller has it already.
+    """
+    inside, count = states if states is not None else trie.node_states(table.astype(np.int32))
     size = len(usable)
     end = np.full(size, -1, dtype=np.int8)
     complete = np.zeros(size, dtype=np.int16)
@@ -308,6 +313,80 @@ def _byteset_parts_jit(kernel, mask: int, trie: VocabTrie, usable: np.ndarray):
     return member, complete, exits[:n_exits].copy(), used[:levels], int(longest)
 
 
+def derive_utf8_slice(base: Slice, states: tuple[np.ndarray, np.ndarray], excluded: bytes, trie: VocabTrie,
+                      by_byte: tuple[np.ndarray, np.ndarray], n_words: int) -> Slice:
+    """The UTF-8 slice minus the ASCII bytes `excluded` from a UTF-8 slice `base` that
+    excludes a subset of them, in ~1/20 the time of `build_slice`.
+
+    An ASCII byte is a whole character, so a prefix is inside the new slice iff
+    it is inside `base` and holds none of the extra excluded bytes (one test on
+    the trie's `ascii_paths`), in the same slice state with the same count.
+    Base tokens holding such a byte drop out; base exits below one drop out;
+    the new exits are the extra bytes read between characters by a prefix
+    still inside.  `states` is the base's `trie.node_states`, `by_byte` is
+    `nodes_by_byte(trie)`.  `used_from` is the base's: a superset of the moves
+    the new slice's tokens make, so `slice_view` checks a few moves more than needed.
+    """
+    if any(b >= 0x80 for b in excluded) or any(base.table[0, b] < 0 and b not in excluded for b in range(0x80)):
+        raise ValueError(f"base slice {base.name!r} excludes bytes that {excluded!r} does not")
+    extra = sorted({b for b in excluded if base.table[0, b] >= 0})
+    table = base.table.copy()
+    table[0, extra] = -1
+    x_lo = np.uint64(sum(1 << b for b in extra if b < 64))
+    x_hi = np.uint64(sum(1 << (b - 64) for b in extra if b >= 64))
+    lo, hi, _ = trie.ascii_paths
+    ids, tlo, thi, _, _ = trie.token_paths
+    hit = (tlo & x_lo) != 0 if x_lo else np.zeros(len(ids), dtype=bool)
+    if x_hi:
+        hit |= (thi & x_hi) != 0
+    dropped = ids[hit]
+    dropped = dropped[base.member[dropped]]
+    member, end, complete, started = base.member.copy(), base.end.copy(), base.complete.copy(), base.started.copy()
+    member[dropped], end[dropped], complete[dropped], started[dropped] = False, -1, 0, 0
+    bitmask = base.bitmask & ~ids_bitmask(dropped, n_words)
+    max_started = base.max_started
+    if len(dropped) and int(base.started[dropped].max()) == max_started:   # a longest token dropped out
+        max_started = int(started[member].max()) if member.any() else 0
+
+    def clean(nodes: np.ndarray) -> np.ndarray:        # prefix holds no extra byte (-1: the empty prefix)
+        safe = np.maximum(nodes, 0)
+        return (nodes < 0) | (((lo[safe] & x_lo) | (hi[safe] & x_hi)) == 0)
+
+    inside, count = states
+    parent = trie.parents
+    keep = clean(parent[base.exits])
+    order, bounds = by_byte
+    cand = np.concatenate([order[bounds[b]:bounds[b + 1]] for b in extra]) if extra else base.exits[:0]
+    par = parent[cand]
+    safe = np.maximum(par, 0)
+    # an extra byte read between characters (else the base already exits there)
+    new = clean(par) & ((par < 0) | (inside[safe] >= 0)) & (inside[cand] >= 0)
+    cand, safe, root = cand[new], safe[new], par[new] < 0
+    exits = np.concatenate((base.exits[keep], cand.astype(np.int32)))
+    exit_from = np.concatenate((base.exit_from[keep], np.where(root, 0, inside[safe]).astype(np.int32)))
+    exit_level = np.concatenate((base.exit_level[keep], np.where(root, 0, count[safe]).astype(np.int32)))
+    sort = np.argsort(exits, kind="stable")
+    exits, exit_from, exit_level = exits[sort], exit_from[sort], exit_level[sort]
+    mask = sum(1 << b for b in range(0x80) if table[0, b] >= 0)
+    return Slice(f"utf8:{mask:x}", table, end, complete, started, member, bitmask, max_started,
+                 exits, exit_from, exit_level, trie.root_byte[exits], base.used_from)
+
+
+def nodes_by_byte(trie: VocabTrie) -> tuple[np.ndarray, np.ndarray]:
+    """(trie nodes sorted by their own byte, int64[257] start of each byte's run) for `derive_utf8_slice`."""
+    order = np.argsort(trie.byte, kind="stable").astype(np.int32)
+    return order, np.searchsorted(trie.byte[order], np.arange(257))
+
+
+def follows_utf8(dfa, q: int, target: int) -> bool:
+    """A cheap sign that state `q` reads non-ASCII characters as `target` (checked for real by
+    `slice_view`): every UTF-8 lead byte is live, and a 2-byte character such as "é" leads to `target`."""
+    row = dfa.transitions(q)
+    if (row[0xC2:0xF5] < 0).any():
+        return False
+    return bool((dfa.transitions(int(row[0xC3]))[0x80:0xC0] == target).all())
+
+
 def _moves_used(inside, before, parent_count, byte, n_states: int) -> np.ndarray:
     """bool[levels, n_states, 256]: slice moves some token makes at character level >= each level.
 
@@ -355,9 +434,12 @@ def ids_bitmask(ids: np.ndarray, n_words: int, base: np.ndarray | None = None) -
 def equivalent(dfa, a: int, b: int) -> bool:
     """True when DFA states `a` and `b` accept the same language (bounded search; False if unsure)."""
     seen = {(a, b)}
-    todo = [(a, b)]
+    todo = deque([(a, b)])
+    # breadth first, and a byte that one state rejects and the other reads fails at once:
+    # states that differ usually differ within a byte or two, and a depth-first search
+    # could first expand hundreds of counter states (~8 ms)
     while todo:
-        x, y = todo.pop()
+        x, y = todo.popleft()
         if x == y:
             continue
         if x < 0 or y < 0 or bool(dfa.is_accepting(x)) != bool(dfa.is_accepting(y)):
@@ -366,6 +448,8 @@ def equivalent(dfa, a: int, b: int) -> bool:
         differ = rx != ry
         if not differ.any():
             continue
+        if (rx[differ] < 0).any() or (ry[differ] < 0).any():
+            return False
         keys = np.unique((rx[differ].astype(np.int64) << 32) | (ry[differ].astype(np.int64) & 0xFFFFFFFF))
         for key in keys.tolist():
             pair = (key >> 32, (key & 0xFFFFFFFF) - ((key & 0x80000000) << 1))
