@@ -114,6 +114,8 @@ class Slice:
             characters just before that byte, `exit_first` the prefix's first byte.
         used_from: bool[levels, n_states, 256], slice moves tokens make at
             character level >= l (the last level repeats for deeper ones).
+        base: for a slice derived from another by excluding more ASCII bytes
+            (`derive_utf8_slice`), that slice: its moves, minus those bytes, are these.
     """
 
     name: str
@@ -132,12 +134,22 @@ class Slice:
     _masks: dict = field(default_factory=dict, repr=False)
     _moves_at: dict = field(default_factory=dict, repr=False)
     _exit_cells: dict = field(default_factory=dict, repr=False)
+    base: "Slice | None" = field(default=None, repr=False)
 
     @cached_property
     def moves(self) -> list[list[tuple[int, np.ndarray]]]:
         """Per slice state: (next slice state, bytes leading there) groups."""
+        if self.base is not None:
+            return self._minus_excluded(self.base.moves)
         return [[(int(b), np.flatnonzero(row == b)) for b in np.unique(row[row >= 0])]
                 for row in self.table]
+
+    def _minus_excluded(self, moves: list[list[tuple[int, np.ndarray]]]) -> list[list[tuple[int, np.ndarray]]]:
+        """The base's `moves` (or `moves_at`) without the bytes this slice excludes from the
+        start state (the tables differ only there), cheaper than recomputing them."""
+        row = self.table[0]
+        start = [(b, ids[row[ids] >= 0]) for b, ids in moves[0]]
+        return [[(b, ids) for b, ids in start if len(ids)]] + moves[1:]
 
     @cached_property
     def first_ascii(self) -> np.ndarray:
@@ -151,6 +163,9 @@ class Slice:
         level = min(level, len(self.used_from) - 1)
         out = self._moves_at.get(level)
         if out is None:
+            if self.base is not None:               # same `used_from` as the base
+                out = self._moves_at[level] = self._minus_excluded(self.base.moves_at(level))
+                return out
             used = self.used_from[level]
             out = [[(b, ids[used[a, ids]]) for b, ids in groups if used[a, ids].any()]
                    for a, groups in enumerate(self.moves)]
@@ -327,9 +342,11 @@ def derive_utf8_slice(base: Slice, states: tuple[np.ndarray, np.ndarray], exclud
     `nodes_by_byte(trie)`.  `used_from` is the base's: a superset of the moves
     the new slice's tokens make, so `slice_view` checks a few moves more than needed.
     """
-    if any(b >= 0x80 for b in excluded) or any(base.table[0, b] < 0 and b not in excluded for b in range(0x80)):
+    drop = np.zeros(256, dtype=bool)
+    drop[list(excluded)] = True
+    if drop[0x80:].any() or (base.table[0] < 0)[:0x80][~drop[:0x80]].any():
         raise ValueError(f"base slice {base.name!r} excludes bytes that {excluded!r} does not")
-    extra = sorted({b for b in excluded if base.table[0, b] >= 0})
+    extra = np.flatnonzero(drop & (base.table[0] >= 0)).tolist()
     table = base.table.copy()
     table[0, extra] = -1
     x_lo = np.uint64(sum(1 << b for b in extra if b < 64))
@@ -367,9 +384,9 @@ def derive_utf8_slice(base: Slice, states: tuple[np.ndarray, np.ndarray], exclud
     exit_level = np.concatenate((base.exit_level[keep], np.where(root, 0, count[safe]).astype(np.int32)))
     sort = np.argsort(exits, kind="stable")
     exits, exit_from, exit_level = exits[sort], exit_from[sort], exit_level[sort]
-    mask = sum(1 << b for b in range(0x80) if table[0, b] >= 0)
+    mask = int.from_bytes(np.packbits(table[0, :0x80] >= 0, bitorder="little").tobytes(), "little")
     return Slice(f"utf8:{mask:x}", table, end, complete, started, member, bitmask, max_started,
-                 exits, exit_from, exit_level, trie.root_byte[exits], base.used_from)
+                 exits, exit_from, exit_level, trie.root_byte[exits], base.used_from, base=base)
 
 
 def nodes_by_byte(trie: VocabTrie) -> tuple[np.ndarray, np.ndarray]:

@@ -83,6 +83,7 @@ class VocabIndex:
             # kept (3 bytes a node) to derive slices that exclude more ASCII bytes (`utf8_slice`)
             self._slice_states.append((inside.astype(np.int8), count))
         self.slices: tuple[Slice, ...] = tuple(slices)
+        self._slice_masks = [sum(1 << b for b in range(0x80) if sl.table[0, b] >= 0) for sl in slices]
         self._nodes_by_byte = nodes_by_byte(self.trie)
         self._byteset_slices: "OrderedDict[int, Slice]" = OrderedDict()
         self._utf8_slices: "OrderedDict[int, Slice]" = OrderedDict()
@@ -132,8 +133,8 @@ class VocabIndex:
         if mask >> 128:
             raise ValueError(f"UTF-8 slices exclude ASCII bytes only, got mask {mask:#x}")
         excluded = bytes(b for b in range(0x80) if not mask >> b & 1)
-        for base, states in zip(self.slices, self._slice_states):
-            if not any(base.table[0, b] < 0 and mask >> b & 1 for b in range(0x80)):
+        for base, states, base_mask in zip(self.slices, self._slice_states, self._slice_masks):
+            if not mask & ~base_mask:
                 sl = derive_utf8_slice(base, states, excluded, self.trie, self._nodes_by_byte, self.n_words)
                 return self._store(self._utf8_slices, mask, sl, _UTF8_SLICES)
         return None
