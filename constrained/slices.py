@@ -104,8 +104,10 @@ class Slice:
         table: the slice automaton, int16[n_states, 256] (-1: no move; 0 is
             the start and "between characters").
         end: int8[vocab size], slice state after the token; -1 if not a slice token.
-        complete: int16[vocab size], complete characters in the token.
-        started: int16[vocab size], characters the token starts (complete or not).
+        complete: int16[vocab size], complete characters in the token (read for
+            slice tokens only: other entries are unspecified).
+        started: int16[vocab size], characters the token starts (complete or
+            not; slice tokens only).
         member: bool[vocab size], `end >= 0`.
         bitmask: packed int32 mask of the slice tokens.
         max_started: the largest `started` of a slice token.
@@ -229,6 +231,9 @@ class Slice:
     def nbytes(self) -> int:
         arrays = (self.table, self.end, self.complete, self.started, self.member, self.bitmask,
                   self.exits, self.exit_from, self.exit_level, self.exit_first, self.used_from)
+        if self.base is not None:                   # arrays shared with the base are counted there
+            shared = {id(a) for a in (self.base.complete, self.base.started, self.base.used_from)}
+            arrays = tuple(a for a in arrays if id(a) not in shared)
         cached = list(self._masks.values()) + list(self._exit_cells.values())
         return sum(a.nbytes for a in arrays) + sum(m.nbytes for m in cached)
 
@@ -358,11 +363,13 @@ def derive_utf8_slice(base: Slice, states: tuple[np.ndarray, np.ndarray], exclud
         hit |= (thi & x_hi) != 0
     dropped = ids[hit]
     dropped = dropped[base.member[dropped]]
-    member, end, complete, started = base.member.copy(), base.end.copy(), base.complete.copy(), base.started.copy()
-    member[dropped], end[dropped], complete[dropped], started[dropped] = False, -1, 0, 0
+    member, end = base.member.copy(), base.end.copy()
+    member[dropped], end[dropped] = False, -1
     bitmask = base.bitmask & ~ids_bitmask(dropped, n_words)
+    # character counts of the remaining members are the base's (shared: only members' are read)
+    complete, started = base.complete, base.started
     max_started = base.max_started
-    if len(dropped) and int(base.started[dropped].max()) == max_started:   # a longest token dropped out
+    if len(dropped) and int(started[dropped].max()) == max_started:   # a longest token dropped out
         max_started = int(started[member].max()) if member.any() else 0
 
     def clean(nodes: np.ndarray) -> np.ndarray:        # prefix holds no extra byte (-1: the empty prefix)
