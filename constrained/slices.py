@@ -18,9 +18,11 @@ ends; every trie node above an exit is alive in a known state.  So a visit is
 one bitmask copy plus a walk that starts at the exits, a few thousand nodes
 instead of a few hundred thousand.
 
-Two kinds of slices exist: UTF-8 ones built with the vocabulary (JSON string
-content, regex `.`), and ASCII byte-set ones (`[a-z ]*`, digits) built the
-first time a state loops on that byte set.
+Three kinds of slices exist: UTF-8 ones built with the vocabulary (JSON string
+content, regex `.`); the same minus a few more ASCII bytes, derived from them
+the first time a state loops on such a set (a search pattern `[0-9]` inside a
+string loops on every character but the digits); and ASCII byte-set ones
+(`[a-z ]*`, digits) built the first time a state loops on that byte set.
 
 Example:
     >>> table = utf8_table(excluded=b'"\\\\' + bytes(range(0x20)))
