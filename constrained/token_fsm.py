@@ -28,7 +28,7 @@ import numpy as np
 
 from constrained.errors import IncompatibleVocabularyError
 from constrained.slice_view import MAX_EXCLUDED, SliceView, slice_view
-from constrained.slices import ids_bitmask
+from constrained.slices import follows_utf8, ids_bitmask
 from constrained.vocab_index import VocabIndex
 
 if TYPE_CHECKING:
@@ -288,11 +288,21 @@ class TokenFSM:
             return None
         inner = row == target
         mask = int.from_bytes(np.packbits(inner, bitorder="little").tobytes(), "little")
+        def pays() -> bool:
+            # a new slice costs 0.3-1 ms: worth it only if a second character may follow
+            # (a loop or a long counter), not for a single digit the walk reads in microseconds
+            return not (self.dfa.transitions(int(target))[:128][inner] < 0).any()
+
+        if follows_utf8(self.dfa, state, int(target)):
+            # every character but a few ASCII ones (a search pattern's first byte): a UTF-8
+            # slice covers the ~30k non-ASCII tokens too, which the byte set leaves to the walk
+            sl = self.index.cached_utf8_slice(mask) or (self.index.utf8_slice(mask) if pays() else None)
+            view = slice_view(self.dfa, state, sl, self._steps, first) if sl is not None else None
+            if view is not None:
+                return view
         sl = self.index.cached_byteset_slice(mask)
         if sl is None:
-            # a new slice costs ~1 ms: worth it only if a second character may follow
-            # (a loop or a long counter), not for a single digit the walk reads in microseconds
-            if (self.dfa.transitions(int(target))[:128][inner] < 0).any():
+            if not pays():
                 return None
             sl = self.index.byteset_slice(mask)
         return slice_view(self.dfa, state, sl, self._steps, first)

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from constrained.slices import UTF8_SLICES, Slice, build_byteset_slice, build_slice, pack_bits, utf8_table
+from constrained.slices import (UTF8_SLICES, Slice, build_byteset_slice, build_slice, derive_utf8_slice,
+                               nodes_by_byte, pack_bits, utf8_table)
 from constrained.vocab_trie import VocabTrie
 
 if TYPE_CHECKING:
@@ -31,6 +32,8 @@ __all__ = ["VocabIndex"]
 _CACHE_SIZE = 4
 # Byte-set slices kept per vocabulary (each ~0.6 MB on a 128k vocabulary).
 _BYTESET_SLICES = 48
+# UTF-8 slices minus a few more ASCII bytes kept per vocabulary (each ~0.8 MB on a 128k vocabulary).
+_UTF8_SLICES = 16
 _DIGITS = b"0123456789"
 _LOWER = bytes(range(ord("a"), ord("z") + 1))
 _UPPER = bytes(range(ord("A"), ord("Z") + 1))
@@ -72,11 +75,18 @@ class VocabIndex:
         self.usable = np.fromiter((bool(b) for b in self.token_bytes), dtype=bool, count=self.size) & ~is_eos
         usable_ids = np.flatnonzero(self.usable).tolist()
         self.trie = VocabTrie.build(self.token_bytes, usable_ids)
-        self.slices: tuple[Slice, ...] = tuple(
-            build_slice(name, utf8_table(excluded), self.trie, self.usable, self.n_words)
-            for name, excluded in UTF8_SLICES.items()
-        )
+        slices, self._slice_states = [], []
+        for name, excluded in UTF8_SLICES.items():
+            table = utf8_table(excluded)
+            inside, count = self.trie.node_states(table.astype(np.int32))
+            slices.append(build_slice(name, table, self.trie, self.usable, self.n_words, (inside, count)))
+            # kept (3 bytes a node) to derive slices that exclude more ASCII bytes (`utf8_slice`)
+            self._slice_states.append((inside.astype(np.int8), count))
+        self.slices: tuple[Slice, ...] = tuple(slices)
+        self._slice_masks = [sum(1 << b for b in range(0x80) if sl.table[0, b] >= 0) for sl in slices]
+        self._nodes_by_byte = nodes_by_byte(self.trie)
         self._byteset_slices: "OrderedDict[int, Slice]" = OrderedDict()
+        self._utf8_slices: "OrderedDict[int, Slice]" = OrderedDict()
         self.trie.token_paths                   # built now, so that no schema's first byte-set slice pays for it
         self._slice_lock = threading.Lock()
         for chars in COMMON_BYTESETS:
@@ -87,31 +97,60 @@ class VocabIndex:
 
     @property
     def nbytes(self) -> int:
-        slices = list(self.slices) + list(self._byteset_slices.values())
+        slices = list(self.slices) + list(self._byteset_slices.values()) + list(self._utf8_slices.values())
         paths = sum(a.nbytes for a in self.trie.ascii_paths + self.trie.token_paths[1:])
-        return (self.trie.nbytes + paths + sum(s.nbytes for s in slices) + self.usable.nbytes
+        states = sum(a.nbytes for pair in self._slice_states for a in pair) + self._nodes_by_byte[0].nbytes
+        return (self.trie.nbytes + paths + states + sum(s.nbytes for s in slices) + self.usable.nbytes
                 + self.eos_bitmask.nbytes)
 
     def cached_byteset_slice(self, mask: int) -> Slice | None:
         """`byteset_slice(mask)` if it is built already, else None."""
-        with self._slice_lock:
-            hit = self._byteset_slices.get(mask)
-            if hit is not None:
-                self._byteset_slices.move_to_end(mask)
-            return hit
+        return self._cached(self._byteset_slices, mask)
 
     def byteset_slice(self, mask: int) -> Slice:
         """The slice of strings over the bytes of `mask` (built on first use, then cached)."""
-        with self._slice_lock:
-            hit = self._byteset_slices.get(mask)
-            if hit is not None:
-                self._byteset_slices.move_to_end(mask)
-                return hit
+        hit = self._cached(self._byteset_slices, mask)
+        if hit is not None:
+            return hit
         sl = build_byteset_slice(mask, self.trie, self.usable, self.n_words)
+        return self._store(self._byteset_slices, mask, sl, _BYTESET_SLICES)
+
+    def cached_utf8_slice(self, mask: int) -> Slice | None:
+        """`utf8_slice(mask)` if it is built already, else None."""
+        return self._cached(self._utf8_slices, mask)
+
+    def utf8_slice(self, mask: int) -> Slice | None:
+        """The slice of UTF-8 strings whose ASCII characters are the bytes of `mask` (built on
+        first use, ~1 ms, then cached); None unless a `slices` entry excludes none of `mask`'s
+        bytes (it is derived from one).
+
+        Example: a search pattern `[0-9]` inside a JSON string loops on every character but
+        the digits (and the quote, backslash, controls) until it meets one.
+        """
+        hit = self._cached(self._utf8_slices, mask)
+        if hit is not None:
+            return hit
+        if mask >> 128:
+            raise ValueError(f"UTF-8 slices exclude ASCII bytes only, got mask {mask:#x}")
+        excluded = bytes(b for b in range(0x80) if not mask >> b & 1)
+        for base, states, base_mask in zip(self.slices, self._slice_states, self._slice_masks):
+            if not mask & ~base_mask:
+                sl = derive_utf8_slice(base, states, excluded, self.trie, self._nodes_by_byte, self.n_words)
+                return self._store(self._utf8_slices, mask, sl, _UTF8_SLICES)
+        return None
+
+    def _cached(self, cache: "OrderedDict[int, Slice]", mask: int) -> Slice | None:
         with self._slice_lock:
-            self._byteset_slices[mask] = sl
-            while len(self._byteset_slices) > _BYTESET_SLICES:
-                self._byteset_slices.popitem(last=False)
+            hit = cache.get(mask)
+            if hit is not None:
+                cache.move_to_end(mask)
+            return hit
+
+    def _store(self, cache: "OrderedDict[int, Slice]", mask: int, sl: Slice, limit: int) -> Slice:
+        with self._slice_lock:
+            cache[mask] = sl
+            while len(cache) > limit:               # least recently used first
+                cache.popitem(last=False)
         return sl
 
     @classmethod
