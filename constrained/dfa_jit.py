@@ -277,7 +277,7 @@ class JitDFA(LazyDFA):
     def equivalent(self, a: int, b: int, max_pairs: int = 256) -> bool:
         """Whether `a` and `b` accept the same language (bounded product walk; False if unsure)."""
         size = 1 << (4 * max_pairs + 4).bit_length()   # the seen pairs' hash table: a power of two
-        return bool(self._run(self._k.equivalent, int(a), int(b), np.full(size, -1, np.int64),
+        return bool(self._run(self._k.equivalent, int(a), int(b), np.empty(size, np.int64),
                               np.empty(max_pairs + 1, np.int64), np.empty(max_pairs + 1, np.int64)))
 
     # -- the trie walk ----------------------------------------------------------

@@ -553,23 +553,26 @@ def walk_native(nodes, states, emit_first, n_roots, byte, child_lo, child_hi, te
 def equivalent(N, S, W, a, b, seen, todo_a, todo_b):  # pragma: no cover - compiled
     """Whether states `a` and `b` accept the same language, by a bounded product walk.
 
-    `seen` (a power of two long, all -1) and `todo_*` (max_pairs + 1 long) are
-    the caller's scratch. Returns (status, 1 equivalent / 0 not or unsure
-    after max_pairs pairs). Rows met are computed in place (the same as
-    `slices.equivalent`, natively).
+    `seen` (a power of two long) and `todo_*` (max_pairs + 1 long) are the
+    caller's scratch. Breadth first, and a byte that one state reads and the
+    other rejects fails at once, as `slices.equivalent_py` does, so both give
+    the same answers. Returns (status, 1 equivalent / 0 not or unsure after
+    max_pairs pairs). Rows met are computed in place.
     """
     table, accepting = S[0], S[1]
     n_classes = N[11][3]
     max_pairs = len(todo_a) - 1
     mask = len(seen) - 1
+    for i in range(len(seen)):                  # a retry after growing starts clean
+        seen[i] = -1
     todo_a[0] = a
     todo_b[0] = b
+    head = 0
     n_todo = 1
-    n_seen = 1
     seen[_mix(a * 0x100000000 + b) & mask] = a * 0x100000000 + b
-    while n_todo:
-        n_todo -= 1
-        x, y = todo_a[n_todo], todo_b[n_todo]
+    while head < n_todo:
+        x, y = todo_a[head], todo_b[head]
+        head += 1
         if x == y:
             continue
         if x < 0 or y < 0 or accepting[x] != accepting[y]:
@@ -579,6 +582,10 @@ def equivalent(N, S, W, a, b, seen, todo_a, todo_b):  # pragma: no cover - compi
                 status = expand_row(N, S, W, s)
                 if status != OK:
                     return status, 0
+        for c in range(n_classes):
+            p, q = table[x, c], table[y, c]
+            if p != q and (p < 0 or q < 0):
+                return OK, 0
         for c in range(n_classes):
             p, q = table[x, c], table[y, c]
             if p == q:
@@ -593,10 +600,9 @@ def equivalent(N, S, W, a, b, seen, todo_a, todo_b):  # pragma: no cover - compi
                 slot = (slot + 1) & mask
             if dup:
                 continue
-            if n_seen >= max_pairs:
+            if n_todo >= max_pairs:
                 return OK, 0
             seen[slot] = key
-            n_seen += 1
             todo_a[n_todo] = p
             todo_b[n_todo] = q
             n_todo += 1
