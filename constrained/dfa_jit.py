@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from typing import Any, Iterable
 
 import numpy as np
@@ -49,10 +50,15 @@ def load_kernels() -> Any:
                     from constrained import dfa_kernels
                     _kernels = dfa_kernels
                 except ImportError:
-                    _kernels = None
-            _loaded = True
+                    pass
+            _loaded = True                              # before the warm-up, which builds a JitDFA
             if _kernels is not None:
-                _warm_up()
+                try:
+                    _warm_up()
+                except Exception as e:  # noqa: BLE001 - a kernel that fails to build must not break compiling
+                    warnings.warn(f"constrained: compiled DFA kernels unavailable ({type(e).__name__}: {e}); "
+                                  "using the Python DFA", RuntimeWarning, stacklevel=2)
+                    _kernels = None
     return _kernels
 
 

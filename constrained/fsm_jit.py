@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from types import SimpleNamespace
 
 import numpy as np
@@ -69,7 +70,12 @@ def _compile() -> SimpleNamespace | None:
     _first_group_jit = njit(cache=True, nogil=True)(_first_group)
     jit = njit(cache=True, nogil=True)
     kernels = SimpleNamespace(level=jit(_level_kernel), set_bits=jit(_set_bits_kernel), byteset=jit(_byteset_kernel))
-    _warm_up(kernels)
+    try:
+        _warm_up(kernels)
+    except Exception as e:  # noqa: BLE001 - a kernel that fails to build must not break compiling
+        warnings.warn(f"constrained: compiled slice kernels unavailable ({type(e).__name__}: {e}); using numpy",
+                      RuntimeWarning, stacklevel=3)
+        return None
     return kernels
 
 

@@ -213,7 +213,8 @@ class TokenFSM:
         """Token ids spelling the bytes forced from `state` (longest match first)."""
         m = self.masks(state)
         if m.forced is None:
-            m.forced = self._forced(state)
+            with self._lock:                      # it may expand DFA rows
+                m.forced = self._forced(state)
         return m.forced
 
     def guide(self) -> "Guide":

@@ -193,3 +193,22 @@ def test_walk_tokens_steps_from_states_before_the_nodes(vocabulary):
         want_ids, want_next = stepped.walk_tokens(trie, nodes, after, 1)
         assert sorted(ids.tolist()) == sorted(want_ids.tolist())
         assert sorted(map(fresh.is_accepting, nxt.tolist())) == sorted(map(stepped.is_accepting, want_next.tolist()))
+
+
+def test_kernels_that_fail_to_load_fall_back_to_the_python_dfa(monkeypatch):
+    """A kernel build error warns once and compiling goes on with `LazyDFA` (same answers)."""
+    import constrained.dfa_jit as dfa_jit
+    from constrained.compile import compile_grammar
+    from types import SimpleNamespace
+
+    def broken():
+        raise RuntimeError("no LLVM for this CPU")
+
+    monkeypatch.setattr(dfa_jit, "_loaded", False)
+    monkeypatch.setattr(dfa_jit, "_kernels", None)
+    monkeypatch.setattr(dfa_jit, "_warm_up", broken)
+    with pytest.warns(RuntimeWarning, match="no LLVM for this CPU"):
+        assert dfa_jit.native_dfa_class() is None
+    v = SimpleNamespace(token_bytes=(b"1", b"2", b"12", None), eos_token_ids=(3,), size=4, fingerprint="fallback")
+    fsm = compile_grammar(regex_grammar("[12]+"), v)
+    assert type(fsm.dfa) is LazyDFA and fsm.guide().allowed_token_ids().tolist() == [0, 1, 2]
