@@ -14,26 +14,25 @@ row costs about a microsecond instead of ~20 us of Python:
 Nothing here allocates, and the kernels are compiled without numba's
 reference counting (`_nrt=False`): with it, every call that passed the
 argument tuples on paid an atomic count per array (2 us of a 4 us row).
-When a table is full a kernel
-returns a GROW_* status *before* changing anything that a retry would not
-redo identically (interning is idempotent), the caller grows the arrays and
-calls again.
+When a table is full, a kernel returns a GROW_* status *before* changing
+anything that a retry would not redo identically (interning is idempotent);
+the caller grows the arrays and calls again.
 
 Arguments are bundled in three tuples, built by `JitDFA`:
 
 - ``N`` (the NFA, read-only): need, eps_ptr, eps_dst, call_ptr, call_start,
-  call_ret, is_end, edge_ptr, edge_dst, edge_mask, mask_cls, params; `params` is
-  int64[4]: (n, max_depth, max_states, num_classes);
+  call_ret, is_end, edge_ptr, edge_dst, edge_mask, mask_cls, params; `params`
+  is int64[4]: (n, max_depth, max_states, num_classes);
 - ``S`` (the DFA, grown by the caller): table, accepting, cfg_ptr, cfg_data,
   cfg_keys, cfg_vals, next_same, stk_ret, stk_parent, stk_depth, stk_keys,
-  stk_vals, counts; `counts` is int64[5]: (states, cfg ints, stacks, cfg slots
-  used, stack slots used);
+  stk_vals, counts, ecl_off, ecl_data; `counts` is int64[6]: (states, cfg
+  ints, stacks, cfg slots used, stack slots used, ecl_data ints used);
+  ecl_off/ecl_data memoize each NFA state's epsilon closure;
 - ``W`` (scratch, grown by the caller on GROW_SCRATCH): todo, seen_keys,
   seen_gen, gen (2 counters: seen sets, epsilon-closure stamps), out, seed,
-  mid, flat (int64), class_group/row, sig_keys, sig_vals (num_classes each),
-  stamp and stack (one per NFA state), group_ptr (num_classes + 1). Reused by every call, so that a row allocates
-  nothing. ``S`` also memoizes each NFA state's epsilon closure (ecl_off,
-  ecl_data; counts[5] ints used).
+  mid, flat (int64), class_group/row, sig_keys, sig_vals (num_classes
+  each), stamp and stack (one per NFA state), group_ptr (num_classes + 1).
+  Reused by every call, so that a row allocates nothing.
 """
 
 from __future__ import annotations
