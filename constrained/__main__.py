@@ -1,7 +1,5 @@
 """`python -m constrained` is the `constrained` command."""
 
-import sys
+from constrained.cli import run
 
-from constrained.cli import main
-
-sys.exit(main())
+run()

@@ -118,6 +118,16 @@ def test_module_entry_point_reports_errors_without_traceback() -> None:
     assert proc.stderr.startswith("constrained: error: --regex: bad regex") and proc.stderr.count("\n") == 1
 
 
+def test_module_entry_point_flushes_output_and_exits_with_the_status() -> None:
+    """`run()` leaves with os._exit after flushing: piped output is complete, the status is main's."""
+    proc = subprocess.run([sys.executable, "-m", "constrained", "generate", "--regex", "(yes|no)", "--prompt", "Ok?",
+                           "-n", "3", "--seed", "0"], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).parents[1])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() and all(line in ("yes", "no") for line in proc.stdout.splitlines())
+    assert "3 samples (3 complete)" in proc.stderr
+
+
 def test_bench_subcommand_delegates_to_the_bench_suites(capsys: pytest.CaptureFixture[str]) -> None:
     # `corpus` checks every label of bench/corpus against jsonschema: the cheapest real suite
     assert main(["bench", "corpus"]) == 0
