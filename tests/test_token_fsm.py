@@ -427,3 +427,41 @@ def test_native_fsm_matches_python_fsm(name, vocabulary):
                 assert np.array_equal(native.bitmask(n1), plain.bitmask(n2)), (grammar, prefix, tok)
             checked += 1
     assert checked > 100
+
+
+def test_one_fsm_shared_by_threads_gives_the_same_masks(hf_tok, vocabulary):
+    """Guides of one FSM walked from 4 threads at once (first visits included: the compiled
+    kernels release the GIL) fill the same masks as a single thread on a fresh FSM."""
+    import threading
+
+    from constrained.compile import clear_cache
+    from bench.corpus import DEFAULT_CORPUS, load_corpus
+
+    tok, vocab = hf_tok("llama-bpe"), vocabulary("llama-bpe")
+    case = next(c for c in load_corpus(DEFAULT_CORPUS, ["api_order"]))
+    walks = [tok.encode(json.dumps(t["data"], ensure_ascii=False), add_special_tokens=False)
+             for t in case.tests if t["valid"]] * 2
+
+    def masks_along(fsm, ids):
+        guide, buf, out = fsm.guide(), np.zeros(vocab.size // 32 + 1, np.int32), []
+        for t in ids:
+            guide.fill_bitmask(buf)
+            out.append(buf.copy())
+            if not guide.advance(t):
+                break
+        return out
+
+    clear_cache()
+    want = [masks_along(compile_json_schema(case.schema, vocab), ids) for ids in walks]
+    clear_cache()
+    shared = compile_json_schema(case.schema, vocab)
+    got: dict[int, list] = {}
+    threads = [threading.Thread(target=lambda k=k: got.__setitem__(k, masks_along(shared, walks[k])))
+               for k in range(len(walks))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(walks) >= 4 and all(len(got[k]) == len(walks[k]) for k in range(len(walks)))
+    for k in range(len(walks)):
+        assert all(np.array_equal(a, b) for a, b in zip(got[k], want[k])), k
