@@ -5,7 +5,8 @@ a schema's first masks reach a few hundred rows, so that was the largest cost
 of a state's first visit.  `JitDFA` is the same automaton (same NFA, byte
 classes, pruning and language; state ids may be numbered differently) whose
 rows are computed by the kernels of `constrained.dfa_kernels`, and whose trie
-walk computes the rows it meets in place instead of returning to Python.
+walk (`constrained.walk_kernels`) computes the rows it meets in place instead
+of returning to Python.
 
 numba is optional (``pip install constrained[fast]``); `native_dfa_class()`
 returns None without it or with ``CONSTRAINED_JIT=0``, and `LazyDFA` is used.
@@ -23,6 +24,7 @@ from __future__ import annotations
 import os
 import threading
 import warnings
+from types import SimpleNamespace
 from typing import Any, Iterable
 
 import numpy as np
@@ -39,7 +41,8 @@ _loaded = False
 
 
 def load_kernels() -> Any:
-    """The `constrained.dfa_kernels` module, or None (numba missing, or ``CONSTRAINED_JIT=0``)."""
+    """The kernels of `dfa_kernels` and `walk_kernels` (with their status codes), or None
+    (numba missing, or ``CONSTRAINED_JIT=0``)."""
     global _kernels, _loaded
     if _loaded:
         return _kernels
@@ -47,8 +50,9 @@ def load_kernels() -> Any:
         if not _loaded:
             if os.environ.get("CONSTRAINED_JIT", "1") != "0":
                 try:
-                    from constrained import dfa_kernels
-                    _kernels = dfa_kernels
+                    from constrained import dfa_kernels, walk_kernels
+                    _kernels = SimpleNamespace(**{name: getattr(module, name) for module in (dfa_kernels, walk_kernels)
+                                                  for name in module.__all__})
                 except ImportError:
                     pass
             _loaded = True                              # before the warm-up, which builds a JitDFA

@@ -1,5 +1,8 @@
 """numba kernels of the native lazy DFA (see `constrained.dfa_jit`); imported only when numba is.
 
+The walks that use it (the trie walk, the equivalence proof) are in
+`constrained.walk_kernels`.
+
 The algorithm is `grammars.dfa.LazyDFA`'s, written over flat arrays so that a
 row costs about a microsecond instead of ~20 us of Python:
 
@@ -39,6 +42,9 @@ from __future__ import annotations
 
 from numba import njit
 
+__all__ = ["OK", "GROW_STATES", "GROW_CFG", "GROW_STACKS", "GROW_CFG_HT", "GROW_STACK_HT", "BUDGET",
+           "GROW_SCRATCH", "GROW_ECLOSE", "DEAD", "UNEXPANDED", "expand_row", "expand_rows", "start_state", "rehash"]
+
 OK = 0
 GROW_STATES = 1
 GROW_CFG = 2
@@ -55,7 +61,8 @@ _SLOT_EMPTY = -1
 
 
 @njit(cache=True, nogil=True, inline="always", _nrt=False)
-def _mix(h):  # pragma: no cover - compiled
+def mix(h):  # pragma: no cover - compiled
+    """A 64-bit finalizer (xorshift-multiply): spreads keys over hash table slots."""
     h ^= h >> 31
     h *= 0x7FB5D329728EA185
     h ^= h >> 27
@@ -67,7 +74,7 @@ def _hash_cfgs(buf, m):  # pragma: no cover - compiled
     h = 0x1F3D5B79 + m
     for i in range(m):
         h = (h ^ buf[i]) * 0x100000001B3
-    return _mix(h)
+    return mix(h)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -75,7 +82,7 @@ def _push(stk_ret, stk_parent, stk_depth, keys, vals, counts, k, ret):  # pragma
     """Stack id of `ret` pushed on stack `k` (interned); < 0: a GROW status, negated."""
     key = ret * 0x80000000 + k
     mask = len(keys) - 1
-    slot = _mix(key) & mask
+    slot = mix(key) & mask
     while vals[slot] != _SLOT_EMPTY:
         if keys[slot] == key:
             return vals[slot]
@@ -173,7 +180,7 @@ def _intern(table, accepting, cfg_ptr, cfg_data, keys, vals, next_same, counts, 
     m = len(cfgs)
     h = _hash_cfgs(cfgs, m)
     mask = len(keys) - 1
-    slot = _mix(h) & mask
+    slot = mix(h) & mask
     head = -1
     while vals[slot] != _SLOT_EMPTY:
         if keys[slot] == h:
@@ -251,7 +258,7 @@ def _targets(N, S, W, flat, group_ptr, n_groups, results):  # pragma: no cover -
         while n_todo:
             n_todo -= 1
             cfg = todo[n_todo]
-            slot = _mix(cfg) & mask
+            slot = mix(cfg) & mask
             dup = False
             while seen_gen[slot] == g:
                 if seen_keys[slot] == cfg:
@@ -464,145 +471,8 @@ def rehash(keys, vals, new_keys, new_vals):  # pragma: no cover - compiled
     mask = len(new_keys) - 1
     for i in range(len(keys)):
         if vals[i] != _SLOT_EMPTY:
-            slot = _mix(keys[i]) & mask
+            slot = mix(keys[i]) & mask
             while new_vals[slot] != _SLOT_EMPTY:
                 slot = (slot + 1) & mask
             new_keys[slot] = keys[i]
             new_vals[slot] = vals[i]
-
-
-@njit(cache=True, nogil=True, _nrt=False)
-def walk_native(nodes, states, emit_first, n_roots, byte, child_lo, child_hi, term_lo, term_hi, term_ids,
-                byte_class, N, S, W, out_ids, out_next, pend_nodes, pend_states, stack_n, stack_s):  # pragma: no cover
-    """The trie walk of a state's first mask, computing missing DFA rows in place.
-
-    Depth first from (node, state) pairs; node -1 is the virtual root (its
-    children are the roots). Each alive (node, state) pair is visited once: a
-    DFA-rejected prefix prunes its whole subtree.
-
-    `emit_first`: 0, visit the start nodes' children (their states are after
-    their byte); 1, also emit the start nodes' own tokens; 2, as 1 but the
-    states are *before* each start node's byte (the kernel takes that step).
-    Pairs whose row could not be computed (a table must grow first) are
-    handed back in `pend_*`, or, in mode 2 before anything was emitted, the
-    whole call is to be redone (pairs pending -1). `stack_*` are scratch
-    (n_nodes + len(nodes) + 1 each). Returns (tokens written, pairs pending, status).
-    """
-    table = S[0]
-    sp = 0
-    n_out = 0
-    n_pend = 0
-    status = OK
-    if emit_first == 2:
-        for i in range(len(nodes)):
-            s = states[i]
-            if s >= 0 and table[s, 0] == UNEXPANDED:
-                status = expand_row(N, S, W, s)
-                if status != OK:
-                    return 0, -1, status
-    for i in range(len(nodes)):
-        node = nodes[i]
-        s = states[i]
-        if s < 0:
-            continue
-        if emit_first == 2:
-            s = table[s, byte_class[byte[node]]]
-            if s < 0:
-                continue
-        if emit_first and node >= 0:
-            for k in range(term_lo[node], term_hi[node]):
-                out_ids[n_out] = term_ids[k]
-                out_next[n_out] = s
-                n_out += 1
-        stack_n[sp] = node
-        stack_s[sp] = s
-        sp += 1
-    while sp > 0:
-        sp -= 1
-        node = stack_n[sp]
-        s = stack_s[sp]
-        if node < 0:
-            lo, hi = 0, n_roots
-        else:
-            lo, hi = child_lo[node], child_hi[node]
-        if lo == hi:
-            continue
-        if table[s, 0] == UNEXPANDED:
-            if status == OK:
-                status = expand_row(N, S, W, s)
-            if status != OK:
-                pend_nodes[n_pend] = node
-                pend_states[n_pend] = s
-                n_pend += 1
-                continue
-        for c in range(lo, hi):
-            t = table[s, byte_class[byte[c]]]
-            if t >= 0:
-                for k in range(term_lo[c], term_hi[c]):
-                    out_ids[n_out] = term_ids[k]
-                    out_next[n_out] = t
-                    n_out += 1
-                stack_n[sp] = c
-                stack_s[sp] = t
-                sp += 1
-    return n_out, n_pend, status
-
-
-@njit(cache=True, nogil=True, _nrt=False)
-def equivalent(N, S, W, a, b, seen, todo_a, todo_b):  # pragma: no cover - compiled
-    """Whether states `a` and `b` accept the same language, by a bounded product walk.
-
-    `seen` (a power of two long) and `todo_*` (max_pairs + 1 long) are the
-    caller's scratch. Breadth first, and a byte that one state reads and the
-    other rejects fails at once, as `slices.equivalent_py` does, so both give
-    the same answers. Returns (status, 1 equivalent / 0 not or unsure after
-    max_pairs pairs). Rows met are computed in place.
-    """
-    table, accepting = S[0], S[1]
-    n_classes = N[11][3]
-    max_pairs = len(todo_a) - 1
-    mask = len(seen) - 1
-    for i in range(len(seen)):                  # a retry after growing starts clean
-        seen[i] = -1
-    todo_a[0] = a
-    todo_b[0] = b
-    head = 0
-    n_todo = 1
-    seen[_mix(a * 0x100000000 + b) & mask] = a * 0x100000000 + b
-    while head < n_todo:
-        x, y = todo_a[head], todo_b[head]
-        head += 1
-        if x == y:
-            continue
-        if x < 0 or y < 0 or accepting[x] != accepting[y]:
-            return OK, 0
-        for s in (x, y):
-            if table[s, 0] == UNEXPANDED:
-                status = expand_row(N, S, W, s)
-                if status != OK:
-                    return status, 0
-        for c in range(n_classes):
-            p, q = table[x, c], table[y, c]
-            if p != q and (p < 0 or q < 0):
-                return OK, 0
-        for c in range(n_classes):
-            p, q = table[x, c], table[y, c]
-            if p == q:
-                continue
-            key = p * 0x100000000 + (q & 0xFFFFFFFF)
-            slot = _mix(key) & mask
-            dup = False
-            while seen[slot] != -1:
-                if seen[slot] == key:
-                    dup = True
-                    break
-                slot = (slot + 1) & mask
-            if dup:
-                continue
-            if n_todo >= max_pairs:
-                return OK, 0
-            seen[slot] = key
-            todo_a[n_todo] = p
-            todo_b[n_todo] = q
-            n_todo += 1
-    return OK, 1

@@ -1,0 +1,154 @@
+"""numba kernels that walk the native lazy DFA, computing its rows as they meet them.
+
+`walk_native` is the trie walk of a state's first mask; `equivalent` the
+bounded product walk that proves two states equivalent. Both take the DFA's
+argument tuples (``N``, ``S``, ``W``: see `constrained.dfa_kernels`) and
+compute missing rows in place with `dfa_kernels.expand_row`; when a table must
+grow first they return its GROW_* status and the caller (`JitDFA`) grows the
+arrays and resumes or retries. Imported only when numba is.
+"""
+
+from __future__ import annotations
+
+from numba import njit
+
+from constrained.dfa_kernels import OK, UNEXPANDED, mix, expand_row
+
+__all__ = ["walk_native", "equivalent"]
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def walk_native(nodes, states, emit_first, n_roots, byte, child_lo, child_hi, term_lo, term_hi, term_ids,
+                byte_class, N, S, W, out_ids, out_next, pend_nodes, pend_states, stack_n, stack_s):  # pragma: no cover
+    """The trie walk of a state's first mask, computing missing DFA rows in place.
+
+    Depth first from (node, state) pairs; node -1 is the virtual root (its
+    children are the roots). Each alive (node, state) pair is visited once: a
+    DFA-rejected prefix prunes its whole subtree.
+
+    `emit_first`: 0, visit the start nodes' children (their states are after
+    their byte); 1, also emit the start nodes' own tokens; 2, as 1 but the
+    states are *before* each start node's byte (the kernel takes that step).
+    Pairs whose row could not be computed (a table must grow first) are
+    handed back in `pend_*`, or, in mode 2 before anything was emitted, the
+    whole call is to be redone (pairs pending -1). `stack_*` are scratch
+    (n_nodes + len(nodes) + 1 each). Returns (tokens written, pairs pending, status).
+    """
+    table = S[0]
+    sp = 0
+    n_out = 0
+    n_pend = 0
+    status = OK
+    if emit_first == 2:
+        for i in range(len(nodes)):
+            s = states[i]
+            if s >= 0 and table[s, 0] == UNEXPANDED:
+                status = expand_row(N, S, W, s)
+                if status != OK:
+                    return 0, -1, status
+    for i in range(len(nodes)):
+        node = nodes[i]
+        s = states[i]
+        if s < 0:
+            continue
+        if emit_first == 2:
+            s = table[s, byte_class[byte[node]]]
+            if s < 0:
+                continue
+        if emit_first and node >= 0:
+            for k in range(term_lo[node], term_hi[node]):
+                out_ids[n_out] = term_ids[k]
+                out_next[n_out] = s
+                n_out += 1
+        stack_n[sp] = node
+        stack_s[sp] = s
+        sp += 1
+    while sp > 0:
+        sp -= 1
+        node = stack_n[sp]
+        s = stack_s[sp]
+        if node < 0:
+            lo, hi = 0, n_roots
+        else:
+            lo, hi = child_lo[node], child_hi[node]
+        if lo == hi:
+            continue
+        if table[s, 0] == UNEXPANDED:
+            if status == OK:
+                status = expand_row(N, S, W, s)
+            if status != OK:
+                pend_nodes[n_pend] = node
+                pend_states[n_pend] = s
+                n_pend += 1
+                continue
+        for c in range(lo, hi):
+            t = table[s, byte_class[byte[c]]]
+            if t >= 0:
+                for k in range(term_lo[c], term_hi[c]):
+                    out_ids[n_out] = term_ids[k]
+                    out_next[n_out] = t
+                    n_out += 1
+                stack_n[sp] = c
+                stack_s[sp] = t
+                sp += 1
+    return n_out, n_pend, status
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def equivalent(N, S, W, a, b, seen, todo_a, todo_b):  # pragma: no cover - compiled
+    """Whether states `a` and `b` accept the same language, by a bounded product walk.
+
+    `seen` (a power of two long) and `todo_*` (max_pairs + 1 long) are the
+    caller's scratch. Breadth first, and a byte that one state reads and the
+    other rejects fails at once, as `slices.equivalent_py` does, so both give
+    the same answers. Returns (status, 1 equivalent / 0 not or unsure after
+    max_pairs pairs). Rows met are computed in place.
+    """
+    table, accepting = S[0], S[1]
+    n_classes = N[11][3]
+    max_pairs = len(todo_a) - 1
+    mask = len(seen) - 1
+    for i in range(len(seen)):                  # a retry after growing starts clean
+        seen[i] = -1
+    todo_a[0] = a
+    todo_b[0] = b
+    head = 0
+    n_todo = 1
+    seen[mix(a * 0x100000000 + b) & mask] = a * 0x100000000 + b
+    while head < n_todo:
+        x, y = todo_a[head], todo_b[head]
+        head += 1
+        if x == y:
+            continue
+        if x < 0 or y < 0 or accepting[x] != accepting[y]:
+            return OK, 0
+        for s in (x, y):
+            if table[s, 0] == UNEXPANDED:
+                status = expand_row(N, S, W, s)
+                if status != OK:
+                    return status, 0
+        for c in range(n_classes):
+            p, q = table[x, c], table[y, c]
+            if p != q and (p < 0 or q < 0):
+                return OK, 0
+        for c in range(n_classes):
+            p, q = table[x, c], table[y, c]
+            if p == q:
+                continue
+            key = p * 0x100000000 + (q & 0xFFFFFFFF)
+            slot = mix(key) & mask
+            dup = False
+            while seen[slot] != -1:
+                if seen[slot] == key:
+                    dup = True
+                    break
+                slot = (slot + 1) & mask
+            if dup:
+                continue
+            if n_todo >= max_pairs:
+                return OK, 0
+            seen[slot] = key
+            todo_a[n_todo] = p
+            todo_b[n_todo] = q
+            n_todo += 1
+    return OK, 1
