@@ -305,16 +305,19 @@ def setup_engines(names: list[str], tokenizer: Any, vocab: Any, log: Callable[[s
 
 def run_masks(cases: list[Case], engines: dict[str, dict], tokenizer: Any, vocab: Any, styles: list[str], *,
               time_limit: float, mem_limit: int, emit: Callable[[dict], None], isolation: str = "engine",
-              log: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> list[dict]:
+              chunk: int = 10, log: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> list[dict]:
     """Run every (engine, case); `emit` gets each JSON record as it completes. Returns the records.
 
-    `isolation`: "engine" runs each engine's cases in one long-lived forked
-    worker (restarted after a timeout or crash), as a server would; "case"
+    `isolation`: "engine" runs each engine's cases in a long-lived forked
+    worker (restarted after a timeout or crash), as a server would; engines
+    take turns over `chunk` cases at a time, a fresh worker each turn; "case"
     forks a fresh worker per (engine, case), which adds the fork's
     copy-on-write page faults to every first touch of inherited memory.
     """
     if isolation not in ("engine", "case"):
         raise ValueError(f"isolation must be 'engine' or 'case', got {isolation!r}")
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1, got {chunk}")
     eos = int(tokenizer.eos_token_id)
     text = lambda ids: b"".join(vocab.token_bytes[i] or b"" for i in ids).decode("utf-8", "replace")  # noqa: E731
     n_words = (vocab.size + 31) // 32
@@ -342,10 +345,14 @@ def run_masks(cases: list[Case], engines: dict[str, dict], tokenizer: Any, vocab
                                        time_limit=time_limit, mem_limit=mem_limit)
                 record(name, case, walks, outcome)
         return records
-    for name, engine in live:
-        worker = partial(_engine_worker, engine=engine, eos=eos, n_words=n_words, recycle_bytes=mem_limit // 2)
-        outcomes = run_sequence(worker, [(case.schema, walks) for case, walks in prepared],
-                                time_limit=time_limit, mem_limit=mem_limit)
-        for (case, walks), outcome in zip(prepared, outcomes):
-            record(name, case, walks, outcome)
+    # Engines take turns over chunks of schemas, so that a machine that slows down or
+    # speeds up during the run (a shared VM does) weighs on every engine alike.
+    for lo in range(0, len(prepared), chunk):
+        part = prepared[lo:lo + chunk]
+        for name, engine in live:
+            worker = partial(_engine_worker, engine=engine, eos=eos, n_words=n_words, recycle_bytes=mem_limit // 2)
+            outcomes = run_sequence(worker, [(case.schema, walks) for case, walks in part],
+                                    time_limit=time_limit, mem_limit=mem_limit)
+            for (case, walks), outcome in zip(part, outcomes):
+                record(name, case, walks, outcome)
     return records

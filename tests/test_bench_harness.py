@@ -170,3 +170,24 @@ def test_masks_inprocess_walks_cases(capsys) -> None:
     assert main(["--tokenizer", "gpt-2", "--schemas", "enum_strings", "api_order"]) == 0
     out = capsys.readouterr().out
     assert "2 schemas compiled" in out and "masks: mean" in out and "api_order" in out
+
+
+def test_engines_take_turns_over_chunks_of_schemas(tmp_path, hf_tok, vocabulary):
+    tok, vocab = hf_tok("gpt-2"), vocabulary("gpt-2")
+    for name in ("a", "b", "c"):
+        _write(tmp_path, name, {"type": "integer"}, [{"data": 1, "valid": True}])
+
+    class _Other(_AcceptAll):
+        name = "other"
+
+    engines = {}
+    for e in (_AcceptAll(), _Other()):
+        e.setup(tok, vocab)
+        engines[e.name] = {"engine": e, "setup_s": 0.0, "version": e.version()}
+    recs = run_masks(load_corpus(tmp_path), engines, tok, vocab, ["compact"], time_limit=60, mem_limit=2 << 30,
+                     emit=lambda r: None, chunk=2, log=lambda s: None)
+    assert [(r["engine"], r["schema"]) for r in recs] == [
+        ("accept-all", "a"), ("accept-all", "b"), ("other", "a"), ("other", "b"), ("accept-all", "c"), ("other", "c")]
+    assert all(r["status"] == "ok" for r in recs)
+    with pytest.raises(ValueError, match="chunk"):
+        run_masks([], engines, tok, vocab, ["compact"], time_limit=1, mem_limit=1, emit=print, chunk=0)
