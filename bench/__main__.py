@@ -64,8 +64,6 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--isolation", choices=["engine", "case"], default="engine",
                    help="one long-lived worker per engine (a server's steady state; default) or a fresh "
                         "forked worker per (engine, schema) (adds copy-on-write page faults)")
-    m.add_argument("--chunk", type=int, default=10,
-                   help="with --isolation engine: engines take turns every CHUNK schemas (a fresh worker each turn)")
     m.add_argument("--jsonl", help="write the JSON lines here instead of stdout")
     m.set_defaults(run=_run_masks)
 
@@ -149,15 +147,14 @@ def _run_masks(args: argparse.Namespace, emit: Callable[[dict], None], say: Call
               "engines": {n: {k: v for k, v in i.items() if k != "engine"} for n, i in engines.items()}}
     emit(header)
     records = run_masks(cases, engines, tok, vocab, args.styles, time_limit=args.time_limit,
-                        mem_limit=int(args.mem_limit_gb * (1 << 30)), emit=emit, isolation=args.isolation,
-                        chunk=args.chunk, log=log)
+                        mem_limit=int(args.mem_limit_gb * (1 << 30)), emit=emit, isolation=args.isolation, log=log)
     say(f"\n## masks: {len(cases)} schemas, tokenizer {args.tokenizer} ({vocab.size} tokens), {machine()}")
     say("styles: " + "; ".join(f"{s} = json.dumps(**{STYLES[s]!r})" for s in args.styles)
         + "; object members in schema order")
     for name, info in engines.items():
         if "engine" in info:
             say(f"- {name}: {info['engine'].settings}")
-    worker = (f"one worker per engine, engines taking turns every {args.chunk} schemas" if args.isolation == "engine"
+    worker = ("one long-lived worker per engine, engines taking turns schema by schema" if args.isolation == "engine"
               else "a fresh worker per (engine, schema)")
     say(f"isolation: {worker}; limits per (engine, schema): {args.time_limit:g}s, +{args.mem_limit_gb:g} GiB "
         f"address space; wall {time.perf_counter() - t0:.0f}s\n")

@@ -29,7 +29,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-__all__ = ["Outcome", "run_isolated", "run_sequence"]
+__all__ = ["Outcome", "run_isolated", "Worker"]
 
 # Words in a dying worker's stderr that mean it ran out of memory (Rust and C++ allocators abort).
 _OOM_MARKERS = ("memory allocation of", "bad_alloc", "MemoryError", "Cannot allocate memory", "out of memory")
@@ -88,96 +88,133 @@ def run_isolated(target: Callable[..., None], args: tuple, *, time_limit: float,
     return _failure(messages, proc.exitcode, stderr_tail, wall)
 
 
-def run_sequence(target: Callable[..., None], items: list, *, time_limit: float, mem_limit: int) -> list[Outcome]:
-    """Run ``target(send, todo)`` in one long-lived forked worker over `items`; one `Outcome` per item.
+class Worker:
+    """A long-lived forked worker that runs items one at a time, each with its own time limit.
 
-    `todo` is the list of (index, item) pairs still to do. The target sends
-    ``{"event": "item_start", "i": k}`` before item k and ``{"event": "item_done", "i": k}``
-    after it; every message in between belongs to item k. Each item gets
-    `time_limit` seconds from its start. An item that times out or kills the
-    worker gets that failure; a fresh worker then goes on with the next item.
-    The target may also return early (e.g. after its memory grew too much): a
-    fresh worker picks up where it stopped.
+    ``setup()`` runs once in the worker; then ``handle(send, item)`` per item,
+    which returns True to ask for a fresh worker afterwards (e.g. after its
+    memory grew too much). An item that times out or kills the worker gets
+    that failure as its `Outcome`; the next item starts a fresh worker. Several
+    workers can take turns (one per engine), each keeping its warm state.
 
     Example:
-        >>> def work(send, todo):
-        ...     for k, n in todo:
-        ...         send({"event": "item_start", "i": k})
-        ...         send({"event": "value", "n": n * 2})
-        ...         send({"event": "item_done", "i": k})
-        >>> [o.messages[0]["n"] for o in run_sequence(work, [1, 2], time_limit=10, mem_limit=1 << 30)]
+        >>> def double(send, n):
+        ...     send({"event": "value", "n": n * 2})
+        >>> w = Worker(lambda: None, double, time_limit=10, mem_limit=1 << 30)
+        >>> [w.run(n).messages[0]["n"] for n in (1, 2)]
         [2, 4]
+        >>> w.close()
     """
-    ctx = multiprocessing.get_context("fork")
-    gc.collect()
-    gc.freeze()
-    outcomes: list[Outcome | None] = [None] * len(items)
-    k = 0
-    while k < len(items):
-        before = k
-        todo = list(enumerate(items))[k:]
-        reader, writer = ctx.Pipe(duplex=False)
-        with tempfile.TemporaryFile() as err:
-            proc = ctx.Process(target=_child, args=(writer, target, (todo,), mem_limit, err.fileno()), daemon=True)
-            proc.start()
-            writer.close()
-            k = _collect_sequence(reader, proc, time_limit, outcomes, k)
-            if proc.is_alive():
-                proc.kill()
-            proc.join()
-            err.seek(0)
-            stderr_tail = err.read()[-2000:].decode("utf-8", "replace").strip()
-        reader.close()
-        if k < len(items) and outcomes[k] is not None and outcomes[k].status == "?":
-            # the worker died inside item k: say how
-            failed = outcomes[k]
-            outcomes[k] = _failure(failed.messages, proc.exitcode, stderr_tail, failed.wall_s)
-            k += 1
-        elif k == before and k < len(items) and outcomes[k] is None:
-            # died before starting item k (e.g. in its warm-up): charge it there, so the loop moves on
-            outcomes[k] = _failure([], proc.exitcode, stderr_tail, 0.0)
-            k += 1
-    return [o if o is not None else Outcome("crash", [], "not run") for o in outcomes]
 
+    def __init__(self, setup: Callable[[], None], handle: Callable[..., bool | None], *,
+                 time_limit: float, mem_limit: int) -> None:
+        self.setup, self.handle = setup, handle
+        self.time_limit, self.mem_limit = time_limit, mem_limit
+        self._proc: Any = None
+        self._conn: Any = None
+        self._err: Any = None
+        self.started = 0                           # workers started so far (fresh after failures)
 
-def _collect_sequence(reader: Any, proc: Any, time_limit: float, outcomes: list, k: int) -> int:
-    """Gather one worker's messages into `outcomes` from item k on; returns the next item to run.
-
-    An item the worker failed inside is left as Outcome("?") for the caller
-    (which knows the exit code), or set to "timeout" here.
-    """
-    messages: list[dict] = []
-    started = deadline = None
-    while True:
-        if started is not None and time.perf_counter() >= deadline:
-            outcomes[k] = Outcome("timeout", messages, f"killed after {time_limit:g}s", time.perf_counter() - started)
-            return k + 1
-        wait = 0.25 if deadline is None else max(0.0, min(deadline - time.perf_counter(), 0.25))
-        if reader.poll(wait):
-            try:
-                msg = reader.recv()
-            except (EOFError, OSError):
-                break                                       # the worker died (pipe closed)
-            event = msg.get("event")
-            if event == "item_start":
-                k, messages, started = msg["i"], [], time.perf_counter()
-                deadline = started + time_limit
-            elif event == "item_done":
-                outcomes[k] = Outcome("ok", messages, "", time.perf_counter() - started)
-                k, started, deadline = k + 1, None, None
-            elif event == "done":
-                return k
-            elif event == "worker_error" and started is not None:
-                outcomes[k] = Outcome(msg["kind"], messages, msg["detail"], time.perf_counter() - started)
-                return k + 1
-            else:
+    def run(self, item: Any) -> Outcome:
+        """Run one item in the worker (started first if there is none)."""
+        if self._proc is None or not self._proc.is_alive():
+            self._start()
+        t0 = time.perf_counter()
+        try:
+            self._conn.send(item)
+        except (BrokenPipeError, OSError):
+            return self._failed([], t0)
+        messages: list[dict] = []
+        deadline = t0 + self.time_limit
+        while True:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                self._stop(kill=True)
+                return Outcome("timeout", messages, f"killed after {self.time_limit:g}s", time.perf_counter() - t0)
+            if self._conn.poll(min(left, 0.25)):
+                try:
+                    msg = self._conn.recv()
+                except (EOFError, OSError):
+                    return self._failed(messages, t0)
+                event = msg.get("event")
+                if event == "item_done":
+                    if msg.get("recycle"):
+                        self._stop(kill=False)
+                    return Outcome("ok", messages, "", time.perf_counter() - t0)
+                if event == "worker_error":
+                    self._stop(kill=True)
+                    return Outcome(msg["kind"], messages, msg["detail"], time.perf_counter() - t0)
                 messages.append(msg)
-        elif not proc.is_alive() and not reader.poll(0):
-            break
-    if started is None:
-        return k                                            # it stopped between items: go on from there
-    outcomes[k] = Outcome("?", messages, "", time.perf_counter() - started)
-    return k
+            elif not self._proc.is_alive() and not self._conn.poll(0):
+                return self._failed(messages, t0)
+
+    def close(self) -> None:
+        """Stop the worker (it finishes nothing: call between items)."""
+        self._stop(kill=False)
+
+    def _start(self) -> None:
+        ctx = multiprocessing.get_context("fork")
+        gc.collect()
+        gc.freeze()                                 # see run_isolated
+        parent, child = ctx.Pipe(duplex=True)
+        self._err = tempfile.TemporaryFile()
+        self._proc = ctx.Process(target=_serve, args=(child, self.setup, self.handle, self.mem_limit,
+                                                      self._err.fileno()), daemon=True)
+        self._proc.start()
+        child.close()
+        self._conn = parent
+        self.started += 1
+
+    def _failed(self, messages: list[dict], t0: float) -> Outcome:
+        """The worker died inside an item: say how (exit code, stderr)."""
+        self._proc.join(5)
+        self._err.seek(0)
+        stderr_tail = self._err.read()[-2000:].decode("utf-8", "replace").strip()
+        exitcode = self._proc.exitcode
+        self._stop(kill=True)
+        return _failure(messages, exitcode, stderr_tail, time.perf_counter() - t0)
+
+    def _stop(self, kill: bool) -> None:
+        if self._proc is None:
+            return
+        if not kill:
+            try:
+                self._conn.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+            self._proc.join(5)
+        if self._proc.is_alive():
+            self._proc.kill()
+        self._proc.join()
+        self._conn.close()
+        self._err.close()
+        self._proc = self._conn = self._err = None
+
+
+def _serve(conn: Any, setup: Callable[[], None], handle: Callable[..., bool | None], mem_limit: int,
+           err_fd: int) -> None:
+    """A `Worker`'s process: setup, then one item per message until None."""
+    os.dup2(err_fd, 2)
+    faulthandler.enable(sys.stderr)
+    _limit_memory(mem_limit)
+    setup()
+    while True:
+        item = conn.recv()
+        if item is None:
+            return
+        try:
+            recycle = handle(conn.send, item)
+        except MemoryError:
+            conn.send({"event": "worker_error", "kind": "oom", "detail": "MemoryError"})
+            return
+        except BaseException as e:  # noqa: BLE001 - a failing item is a result, not a harness error
+            detail = "".join(traceback.format_exception_only(type(e), e)).strip()
+            kind = "oom" if any(m in detail for m in _OOM_MARKERS) else "crash"
+            conn.send({"event": "worker_error", "kind": kind, "detail": detail[-500:]})
+            return
+        conn.send({"event": "item_done", "recycle": bool(recycle)})
+        if recycle:
+            return
 
 
 def _collect(reader: Any, proc: Any, deadline: float) -> tuple[list[dict], bool, bool]:

@@ -26,14 +26,13 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, Callable
 
 import numpy as np
 
 from bench.corpus import Case
 from bench.engines import ENGINES, Engine, Unsupported, available
-from bench.isolate import run_isolated, run_sequence
+from bench.isolate import Worker, run_isolated
 
 __all__ = ["STYLES", "Walk", "prepare_walks", "run_masks"]
 
@@ -165,24 +164,27 @@ def _case_worker(send: Callable[[dict], None], engine: Engine, schema: Any, walk
     _run_case(send, engine, schema, walks, eos, buf)
 
 
-def _engine_worker(send: Callable[[dict], None], todo: list, *, engine: Engine, eos: int, n_words: int,
-                   recycle_bytes: int) -> None:
-    """Body of one long-lived worker running an engine's cases in turn (``--isolation engine``).
+class _EngineServer:
+    """What an engine's long-lived worker does (``--isolation engine``): warm up once, then run cases.
 
     Like a server, it keeps what the engine caches per vocabulary between
-    schemas. When its memory has grown by `recycle_bytes` it stops, and a fresh
-    worker goes on (so one engine's growth cannot look like a later case's OOM).
+    schemas. When its memory has grown by `recycle_bytes` it asks for a fresh
+    worker (so that one engine's growth cannot look like a later case's OOM).
     """
-    engine.prepare_child()
-    buf = np.zeros(n_words, dtype=np.int32)
-    _warm_child(engine, buf)
-    rss_start = _rss_bytes()
-    for k, (schema, walks) in todo:
-        send({"event": "item_start", "i": k})
-        _run_case(send, engine, schema, walks, eos, buf)
-        send({"event": "item_done", "i": k})
-        if _rss_bytes() - rss_start > recycle_bytes:
-            return
+
+    def __init__(self, engine: Engine, eos: int, n_words: int, recycle_bytes: int) -> None:
+        self.engine, self.eos, self.n_words, self.recycle_bytes = engine, eos, n_words, recycle_bytes
+
+    def setup(self) -> None:
+        self.engine.prepare_child()
+        self.buf = np.zeros(self.n_words, dtype=np.int32)
+        _warm_child(self.engine, self.buf)
+        self.rss_start = _rss_bytes()
+
+    def handle(self, send: Callable[[dict], None], item: tuple[Any, list[Walk]]) -> bool:
+        schema, walks = item
+        _run_case(send, self.engine, schema, walks, self.eos, self.buf)
+        return _rss_bytes() - self.rss_start > self.recycle_bytes
 
 
 def _run_case(send: Callable[[dict], None], engine: Engine, schema: Any, walks: list[Walk], eos: int,
@@ -305,19 +307,17 @@ def setup_engines(names: list[str], tokenizer: Any, vocab: Any, log: Callable[[s
 
 def run_masks(cases: list[Case], engines: dict[str, dict], tokenizer: Any, vocab: Any, styles: list[str], *,
               time_limit: float, mem_limit: int, emit: Callable[[dict], None], isolation: str = "engine",
-              chunk: int = 10, log: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> list[dict]:
+              log: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> list[dict]:
     """Run every (engine, case); `emit` gets each JSON record as it completes. Returns the records.
 
     `isolation`: "engine" runs each engine's cases in a long-lived forked
-    worker (restarted after a timeout or crash), as a server would; engines
-    take turns over `chunk` cases at a time, a fresh worker each turn; "case"
-    forks a fresh worker per (engine, case), which adds the fork's
-    copy-on-write page faults to every first touch of inherited memory.
+    worker (restarted after a timeout or crash), as a server would, the
+    engines taking turns case by case; "case" forks a fresh worker per
+    (engine, case), which adds the fork's copy-on-write page faults to every
+    first touch of inherited memory.
     """
     if isolation not in ("engine", "case"):
         raise ValueError(f"isolation must be 'engine' or 'case', got {isolation!r}")
-    if chunk < 1:
-        raise ValueError(f"chunk must be >= 1, got {chunk}")
     eos = int(tokenizer.eos_token_id)
     text = lambda ids: b"".join(vocab.token_bytes[i] or b"" for i in ids).decode("utf-8", "replace")  # noqa: E731
     n_words = (vocab.size + 31) // 32
@@ -345,14 +345,20 @@ def run_masks(cases: list[Case], engines: dict[str, dict], tokenizer: Any, vocab
                                        time_limit=time_limit, mem_limit=mem_limit)
                 record(name, case, walks, outcome)
         return records
-    # Engines take turns over chunks of schemas, so that a machine that slows down or
-    # speeds up during the run (a shared VM does) weighs on every engine alike.
-    for lo in range(0, len(prepared), chunk):
-        part = prepared[lo:lo + chunk]
-        for name, engine in live:
-            worker = partial(_engine_worker, engine=engine, eos=eos, n_words=n_words, recycle_bytes=mem_limit // 2)
-            outcomes = run_sequence(worker, [(case.schema, walks) for case, walks in part],
-                                    time_limit=time_limit, mem_limit=mem_limit)
-            for (case, walks), outcome in zip(part, outcomes):
-                record(name, case, walks, outcome)
+    # One long-lived worker per engine; the engines take turns schema by schema, so that
+    # a machine that slows down or speeds up during the run (a shared VM does) weighs
+    # on every engine alike.
+    workers = {name: Worker(*_server_calls(_EngineServer(engine, eos, n_words, mem_limit // 2)),
+                            time_limit=time_limit, mem_limit=mem_limit) for name, engine in live}
+    try:
+        for case, walks in prepared:
+            for name, _ in live:
+                record(name, case, walks, workers[name].run((case.schema, walks)))
+    finally:
+        for worker in workers.values():
+            worker.close()
     return records
+
+
+def _server_calls(server: _EngineServer) -> tuple[Callable[[], None], Callable[..., bool]]:
+    return server.setup, server.handle

@@ -11,7 +11,7 @@ import pytest
 
 from bench.corpus import DEFAULT_CORPUS, QUICK, CorpusError, load_corpus
 from bench.engines import Engine, _Matcher
-from bench.isolate import run_isolated, run_sequence
+from bench.isolate import Worker, run_isolated
 from bench.masks import encode_exact, run_masks
 from bench.report import masks_disagreements, masks_summary
 
@@ -85,43 +85,30 @@ class _AcceptAll(Engine):
         return "test"
 
 
-def _sequence(send, todo, recycle_after=None):
-    """Items: "ok", "slow" (sleeps past the limit), "abort" (kills the worker), "raise"."""
-    done = 0
-    for k, what in todo:
-        send({"event": "item_start", "i": k})
-        send({"event": "pid", "pid": os.getpid()})
-        if what == "slow":
-            time.sleep(30)
-        elif what == "abort":
-            os.abort()
-        elif what == "raise":
-            raise ValueError("bad item")
-        send({"event": "item_done", "i": k})
-        done += 1
-        if recycle_after and done == recycle_after:
-            return                                    # a fresh worker goes on
+def _item(send, what):
+    """Items: "ok", "slow" (sleeps past the limit), "abort" (kills the worker), "raise", "recycle"."""
+    send({"event": "pid", "pid": os.getpid()})
+    if what == "slow":
+        time.sleep(30)
+    elif what == "abort":
+        os.abort()
+    elif what == "raise":
+        raise ValueError("bad item")
+    return what == "recycle"
 
 
-def test_run_sequence_isolates_each_item():
-    items = ["ok", "slow", "ok", "abort", "raise", "ok", "ok"]
+def test_worker_runs_items_and_survives_their_failures():
+    w = Worker(lambda: None, _item, time_limit=1.0, mem_limit=1 << 30)
     t0 = time.perf_counter()
-    out = run_sequence(_sequence, items, time_limit=1.0, mem_limit=1 << 30)
-    assert [o.status for o in out] == ["ok", "timeout", "ok", "crash", "crash", "ok", "ok"]
+    out = [w.run(what) for what in ["ok", "slow", "ok", "abort", "raise", "ok", "recycle", "ok", "ok"]]
+    w.close()
+    assert [o.status for o in out] == ["ok", "timeout", "ok", "crash", "crash", "ok", "ok", "ok", "ok"]
     assert "SIGABRT" in out[3].detail and "bad item" in out[4].detail
     assert time.perf_counter() - t0 < 20
     pids = [o.messages[0]["pid"] for o in out]
-    # one worker until the timeout, then a fresh one after each failure; healthy items share a worker
-    assert pids[0] == pids[1] != pids[2] and pids[2] == pids[3] != pids[5] == pids[6]
-
-
-def test_run_sequence_continues_after_an_early_return():
-    from functools import partial
-
-    out = run_sequence(partial(_sequence, recycle_after=2), ["ok"] * 5, time_limit=5, mem_limit=1 << 30)
-    assert [o.status for o in out] == ["ok"] * 5
-    pids = [o.messages[0]["pid"] for o in out]
-    assert pids[0] == pids[1] != pids[2] == pids[3] != pids[4]
+    # one worker until a failure or a recycle; healthy items share it
+    assert pids[0] == pids[1] != pids[2] == pids[3] != pids[4] != pids[5] == pids[6] != pids[7] == pids[8]
+    assert w.started == 5
 
 
 def test_masks_suite_counts_on_a_real_tokenizer(tmp_path, hf_tok, vocabulary):
@@ -172,7 +159,7 @@ def test_masks_inprocess_walks_cases(capsys) -> None:
     assert "2 schemas compiled" in out and "masks: mean" in out and "api_order" in out
 
 
-def test_engines_take_turns_over_chunks_of_schemas(tmp_path, hf_tok, vocabulary):
+def test_engines_take_turns_schema_by_schema(tmp_path, hf_tok, vocabulary):
     tok, vocab = hf_tok("gpt-2"), vocabulary("gpt-2")
     for name in ("a", "b", "c"):
         _write(tmp_path, name, {"type": "integer"}, [{"data": 1, "valid": True}])
@@ -185,9 +172,7 @@ def test_engines_take_turns_over_chunks_of_schemas(tmp_path, hf_tok, vocabulary)
         e.setup(tok, vocab)
         engines[e.name] = {"engine": e, "setup_s": 0.0, "version": e.version()}
     recs = run_masks(load_corpus(tmp_path), engines, tok, vocab, ["compact"], time_limit=60, mem_limit=2 << 30,
-                     emit=lambda r: None, chunk=2, log=lambda s: None)
+                     emit=lambda r: None, log=lambda s: None)
     assert [(r["engine"], r["schema"]) for r in recs] == [
-        ("accept-all", "a"), ("accept-all", "b"), ("other", "a"), ("other", "b"), ("accept-all", "c"), ("other", "c")]
+        ("accept-all", "a"), ("other", "a"), ("accept-all", "b"), ("other", "b"), ("accept-all", "c"), ("other", "c")]
     assert all(r["status"] == "ok" for r in recs)
-    with pytest.raises(ValueError, match="chunk"):
-        run_masks([], engines, tok, vocab, ["compact"], time_limit=1, mem_limit=1, emit=print, chunk=0)
