@@ -24,7 +24,7 @@ import json
 import platform
 import sys
 import time
-from typing import Any, Callable, Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 __all__ = ["main"]
 
@@ -60,6 +60,9 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--schemas", nargs="+", help="only these case names")
     m.add_argument("--quick", action="store_true", help="a small subset of the default corpus")
     m.add_argument("--time-limit", type=float, default=20.0, help="seconds per (engine, schema)")
+    m.add_argument("--order", choices=["turns", "engine"], default="turns",
+                   help="with --isolation engine: engines take turns schema by schema (default), or each runs "
+                        "all its schemas in a row")
     m.add_argument("--mem-limit-gb", type=float, default=4.0, help="extra address space per worker")
     m.add_argument("--isolation", choices=["engine", "case"], default="engine",
                    help="one long-lived worker per engine (a server's steady state; default) or a fresh "
@@ -143,19 +146,22 @@ def _run_masks(args: argparse.Namespace, emit: Callable[[dict], None], say: Call
     header = {"suite": "masks", "event": "setup", "tokenizer": args.tokenizer, "vocab_size": vocab.size,
               "machine": machine(), "styles": {s: repr(STYLES[s]) for s in args.styles},
               "time_limit_s": args.time_limit, "mem_limit_gb": args.mem_limit_gb, "isolation": args.isolation,
+              "order": args.order,
               "schemas": len(cases),
               "engines": {n: {k: v for k, v in i.items() if k != "engine"} for n, i in engines.items()}}
     emit(header)
     records = run_masks(cases, engines, tok, vocab, args.styles, time_limit=args.time_limit,
-                        mem_limit=int(args.mem_limit_gb * (1 << 30)), emit=emit, isolation=args.isolation, log=log)
+                        mem_limit=int(args.mem_limit_gb * (1 << 30)), emit=emit, isolation=args.isolation,
+                        order=args.order, log=log)
     say(f"\n## masks: {len(cases)} schemas, tokenizer {args.tokenizer} ({vocab.size} tokens), {machine()}")
     say("styles: " + "; ".join(f"{s} = json.dumps(**{STYLES[s]!r})" for s in args.styles)
         + "; object members in schema order")
     for name, info in engines.items():
         if "engine" in info:
             say(f"- {name}: {info['engine'].settings}")
-    worker = ("one long-lived worker per engine, engines taking turns schema by schema" if args.isolation == "engine"
-              else "a fresh worker per (engine, schema)")
+    worker = ("a fresh worker per (engine, schema)" if args.isolation == "case" else
+              "one long-lived worker per engine, " + ("engines taking turns schema by schema" if args.order == "turns"
+                                                       else "each engine's schemas in a row"))
     say(f"isolation: {worker}; limits per (engine, schema): {args.time_limit:g}s, +{args.mem_limit_gb:g} GiB "
         f"address space; wall {time.perf_counter() - t0:.0f}s\n")
     say(masks_summary(records, engines))

@@ -307,12 +307,15 @@ def setup_engines(names: list[str], tokenizer: Any, vocab: Any, log: Callable[[s
 
 def run_masks(cases: list[Case], engines: dict[str, dict], tokenizer: Any, vocab: Any, styles: list[str], *,
               time_limit: float, mem_limit: int, emit: Callable[[dict], None], isolation: str = "engine",
-              log: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> list[dict]:
+              order: str = "turns", log: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> list[dict]:
     """Run every (engine, case); `emit` gets each JSON record as it completes. Returns the records.
 
     `isolation`: "engine" runs each engine's cases in a long-lived forked
-    worker (restarted after a timeout or crash), as a server would, the
-    engines taking turns case by case; "case" forks a fresh worker per
+    worker (restarted after a timeout or crash), as a server would; `order`
+    "turns" has the engines take turns case by case (a machine that speeds up
+    or slows down during the run weighs on all alike), "engine" runs each
+    engine's cases in a row (no other engine's work between two of its
+    cases). "case" forks a fresh worker per
     (engine, case), which adds the fork's copy-on-write page faults to every
     first touch of inherited memory.
     """
@@ -345,15 +348,16 @@ def run_masks(cases: list[Case], engines: dict[str, dict], tokenizer: Any, vocab
                                        time_limit=time_limit, mem_limit=mem_limit)
                 record(name, case, walks, outcome)
         return records
-    # One long-lived worker per engine; the engines take turns schema by schema, so that
-    # a machine that slows down or speeds up during the run (a shared VM does) weighs
-    # on every engine alike.
+    # One long-lived worker per engine.
     workers = {name: Worker(*_server_calls(_EngineServer(engine, eos, n_words, mem_limit // 2)),
                             time_limit=time_limit, mem_limit=mem_limit) for name, engine in live}
+    if order not in ("turns", "engine"):
+        raise ValueError(f"order must be 'turns' or 'engine', got {order!r}")
+    steps = ([(name, cw) for cw in prepared for name, _ in live] if order == "turns"
+             else [(name, cw) for name, _ in live for cw in prepared])
     try:
-        for case, walks in prepared:
-            for name, _ in live:
-                record(name, case, walks, workers[name].run((case.schema, walks)))
+        for name, (case, walks) in steps:
+            record(name, case, walks, workers[name].run((case.schema, walks)))
     finally:
         for worker in workers.values():
             worker.close()

@@ -176,3 +176,10 @@ def test_engines_take_turns_schema_by_schema(tmp_path, hf_tok, vocabulary):
     assert [(r["engine"], r["schema"]) for r in recs] == [
         ("accept-all", "a"), ("other", "a"), ("accept-all", "b"), ("other", "b"), ("accept-all", "c"), ("other", "c")]
     assert all(r["status"] == "ok" for r in recs)
+    in_a_row = run_masks(load_corpus(tmp_path), engines, tok, vocab, ["compact"], time_limit=60, mem_limit=2 << 30,
+                         emit=lambda r: None, order="engine", log=lambda s: None)
+    assert [(r["engine"], r["schema"]) for r in in_a_row] == [
+        ("accept-all", "a"), ("accept-all", "b"), ("accept-all", "c"), ("other", "a"), ("other", "b"), ("other", "c")]
+    with pytest.raises(ValueError, match="order"):
+        run_masks(load_corpus(tmp_path), engines, tok, vocab, ["compact"], time_limit=1, mem_limit=1 << 30,
+                  emit=print, order="random")
