@@ -34,9 +34,9 @@ def _r(x: float | None, nd: int = 1) -> float | None:
 
 def masks_summary(records: list[dict], engines: dict[str, dict]) -> str:
     """Per-engine totals: compile failures by kind, TTFM, TBM, valid rejected, invalid accepted."""
-    header = ["engine", "vocab setup s", "schemas ok", "unsupported", "timeout", "oom", "crash", "TTFM mean ms", "TTFM p50 ms",
-              "TBM mean µs", "TBM p50 µs", "TBM p99 µs", "RSS growth MB p50 / max", "valid rejected", "invalid accepted",
-              "all tests pass"]
+    header = ["engine", "vocab setup s", "schemas ok", "unsupported", "timeout", "oom", "crash", "TTFM mean ms",
+              "TTFM p50 ms", "TBM mean µs", "TBM p50 µs", "TBM p99 µs", "RSS growth MB p50 / max", "valid rejected",
+              "invalid accepted", "all tests pass"]
     rows = []
     for name, info in engines.items():
         if "engine" not in info:

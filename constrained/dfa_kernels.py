@@ -235,7 +235,8 @@ def _targets(N, S, W, flat, group_ptr, n_groups, results):  # pragma: no cover -
     configuration would cost a reference count per array per call.
     Returns a status.
     """
-    need, eps_ptr, eps_dst, call_ptr, call_start, call_ret, is_end, edge_ptr = N[0], N[1], N[2], N[3], N[4], N[5], N[6], N[7]
+    need, eps_ptr, eps_dst, call_ptr = N[0], N[1], N[2], N[3]
+    call_start, call_ret, is_end, edge_ptr = N[4], N[5], N[6], N[7]
     n, maxd, max_states = N[11][0], N[11][1], N[11][2]
     table, accepting, cfg_ptr, cfg_data, cfg_keys, cfg_vals, next_same = S[0], S[1], S[2], S[3], S[4], S[5], S[6]
     stk_ret, stk_parent, stk_depth, stk_keys, stk_vals, counts, ecl_off, ecl_data = (
