@@ -34,7 +34,8 @@ import numpy as np
 
 from grammars.ast import Grammar
 from grammars.errors import StateBudgetError
-from grammars.nfa import NFA, byte_classes
+from grammars.byte_classes import byte_classes
+from grammars.nfa import NFA
 
 __all__ = ["LazyDFA", "compile_dfa", "DEAD", "UNEXPANDED"]
 

@@ -38,10 +38,10 @@ from typing import Iterator
 import numpy as np
 
 from grammars.ast import Alt, ByteSet, Grammar, Node, Ref, Repeat, Seq
+from grammars.need import INF, compute_need
 
-__all__ = ["NFA", "NFAArrays", "INF", "gc_paused", "byte_classes", "share"]
+__all__ = ["NFA", "NFAArrays", "INF", "gc_paused", "share"]
 
-INF = 1 << 30
 
 
 @contextmanager
@@ -55,37 +55,6 @@ def gc_paused() -> Iterator[None]:
     finally:
         if was:
             gc.enable()
-
-
-def byte_classes(masks: set[int]) -> np.ndarray:
-    """int32[256]: class id per byte; bytes in the same class are in exactly the
-    same masks. Ids follow the lexicographic order of the bytes' membership
-    columns (masks sorted), which is what `np.unique(..., axis=0)` gives and
-    what `LazyDFA` used; this is ~20x faster than that.
-
-    Example:
-        >>> byte_classes({0b110}).tolist()[:4]
-        [0, 1, 1, 0]
-    """
-    if not masks:
-        return np.zeros(256, dtype=np.int32)
-    ordered = sorted(masks)
-    k = len(ordered)
-    raw = np.frombuffer(b"".join(m.to_bytes(32, "little") for m in ordered), np.uint8)
-    bits = np.unpackbits(raw.reshape(k, 32), axis=1, bitorder="little")  # (masks, 256)
-    # Pack each byte's membership column along the mask axis (contiguous, fast),
-    # zero-padded to whole 64-bit words: big-endian words keep lexicographic order.
-    cols = np.zeros((-(-k // 64) * 8, 256), np.uint8)
-    cols[: (k + 7) // 8] = np.packbits(bits, axis=0)
-    words = np.ascontiguousarray(cols.T).view(">u8")  # (256, words)
-    order = np.lexsort(words.T[::-1])  # last key is primary: the first word
-    ranked = words[order]
-    new = np.empty(256, np.int32)
-    new[0] = 0
-    new[1:] = (ranked[1:] != ranked[:-1]).any(axis=1)
-    classes = np.empty(256, np.int32)
-    classes[order] = np.cumsum(new, dtype=np.int32)
-    return classes
 
 
 @dataclass(frozen=True, eq=False)
@@ -519,57 +488,11 @@ class NFA:
     # -- finishability ------------------------------------------------------
 
     def _compute_need(self, max_depth: int) -> list[int]:
-        """need[s]: least nesting budget with which s reaches its rule's end.
-
-        A monotone fixpoint over the budget d = 0..max_depth, done
-        incrementally: level d may use calls into rules whose start finishes
-        within d - 1. Total work is linear in the NFA size.
-        """
+        """need[s]: least nesting budget with which s reaches its rule's end (see `grammars.need`)."""
         n = self.num_states
         if self.fast_need and not self._call_src and not self._dead and 0 not in self._masks:
             # Without calls and without dead parts (NOTHING, empty byte sets) every
             # Thompson fragment state reaches its fragment's exit, hence its rule's end.
             return [0] * n
-        # Reverse eps + byte edges as CSR (sources sorted by target), built in
-        # numpy: per-state lists would be the largest allocation of the NFA.
-        src = np.array(self._eps_src + self._byte_src, dtype=np.int64)
-        dst = np.array(self._eps_dst + self._byte_dst, dtype=np.int64)
-        order = np.argsort(dst, kind="stable")
-        rev = src[order].tolist()
-        off = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.bincount(dst, minlength=n), out=off[1:])
-        off_l = off.tolist()
-        rev_call: dict[int, list[tuple[int, int]]] = {}
-        sites: list[list[tuple[int, int]]] = [[] for _ in self.rule_start]
-        for p, r, t in zip(self._call_src, self._call_rule, self._call_dst):
-            rev_call.setdefault(t, []).append((p, r))
-            sites[r].append((p, t))
-        need = [INF] * n
-        active = [False] * len(self.rule_start)
-        frontier = [e for e in self.rule_end]
-        for e in frontier:
-            need[e] = 0
-        d = 0
-        while True:
-            while frontier:
-                u = frontier.pop()
-                for p in rev[off_l[u]:off_l[u + 1]]:
-                    if need[p] == INF:
-                        need[p] = d
-                        frontier.append(p)
-                for p, r in rev_call.get(u, ()):
-                    if active[r] and need[p] == INF:
-                        need[p] = d
-                        frontier.append(p)
-            if d >= max_depth:
-                return need
-            newly = [r for r, st in enumerate(self.rule_start) if not active[r] and need[st] <= d]
-            if not newly:
-                return need
-            d += 1
-            for r in newly:
-                active[r] = True
-                for p, t in sites[r]:
-                    if need[t] != INF and need[p] == INF:
-                        need[p] = d
-                        frontier.append(p)
+        return compute_need(n, self.rule_start, self.rule_end, self._eps_src + self._byte_src,
+                            self._eps_dst + self._byte_dst, self._call_src, self._call_rule, self._call_dst, max_depth)

@@ -11,7 +11,9 @@ import pytest
 from grammars.ast import NOTHING, Alt, ByteSet, Grammar, Ref, Seq, alt, literal, seq, star
 from grammars.dfa import LazyDFA
 from grammars.json_schema import json_schema_grammar
-from grammars.nfa import INF, NFA, byte_classes
+from grammars.byte_classes import byte_classes
+from grammars.need import INF
+from grammars.nfa import NFA
 from grammars.regex import regex_grammar
 
 CORPUS = Path(__file__).resolve().parent.parent / "bench" / "corpus"
