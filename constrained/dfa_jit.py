@@ -31,7 +31,7 @@ import numpy as np
 
 from grammars.dfa import DEAD, UNEXPANDED, LazyDFA
 from grammars.errors import StateBudgetError
-from grammars.nfa import NFA
+from grammars.nfa import FREE, NFA
 
 __all__ = ["JitDFA", "native_dfa_class"]
 
@@ -119,13 +119,14 @@ class JitDFA(LazyDFA):
             raw = np.frombuffer(b"".join(m.to_bytes(32, "little") for m in masks), np.uint8)
             bits = np.unpackbits(raw.reshape(len(masks), 32), axis=1, bitorder="little")
             mask_cls[:] = bits[:, self._class_rep]       # a class is in a mask iff its bytes are
-        rule_start = np.array(nfa.rule_start, dtype=np.int64)
-        # return states are canonicalized as in LazyDFA (see `NFA.forward`)
-        call_ret = np.array([nfa.forward(t) for t in a.call_dst.tolist()], dtype=np.int64)
+        # return states are canonicalized as in LazyDFA (see `NFA.forward`); loop exits are kept
+        call_ret = np.array([nfa.forward(t) if op <= FREE else t for t, op in zip(a.call_dst.tolist(), a.call_op.tolist())],
+                            dtype=np.int64)
         params = np.array([self._n, self.max_depth, self.max_states, self.num_classes], dtype=np.int64)
         arrays = (
-            np.array(nfa.need, dtype=np.int64), a.eps_ptr, a.eps_dst, a.call_ptr, rule_start[a.call_rule],
+            np.array(nfa.need, dtype=np.int64), a.eps_ptr, a.eps_dst, a.call_ptr, a.call_to,
             call_ret, np.array(nfa.is_end, dtype=np.uint8), a.edge_ptr, a.edge_dst, a.edge_mask, mask_cls, params,
+            a.call_op, a.call_lo, a.call_hi,
         )
         # one layout and dtype for every grammar, so that the kernels are compiled (loaded) once
         return tuple(np.ascontiguousarray(x, dtype=np.uint8 if x.dtype == np.uint8 else np.int64) for x in arrays)

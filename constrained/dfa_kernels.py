@@ -10,7 +10,9 @@ row costs about a microsecond instead of ~20 us of Python:
   sorted array of its configurations (`-1` first when accepting), stored in
   `cfg_data[cfg_ptr[s]:cfg_ptr[s + 1]]` and interned through an open-addressing
   table keyed by the array's hash (states with the same hash are chained);
-- call stacks are interned `(return state, parent stack)` pairs;
+- stacks are interned `(frame, parent stack)` pairs, a frame being a return
+  state (rule and subroutine calls) or `-2 - count` (a counter loop's value,
+  see `grammars.nfa`); only rule calls count towards `max_depth`;
 - a row groups the state's byte moves by *signature* (which moves a byte
   class takes) so that classes moving alike share one closure.
 
@@ -23,9 +25,10 @@ the caller grows the arrays and calls again.
 
 Arguments are bundled in three tuples, built by `JitDFA`:
 
-- ``N`` (the NFA, read-only): need, eps_ptr, eps_dst, call_ptr, call_start,
-  call_ret, is_end, edge_ptr, edge_dst, edge_mask, mask_cls, params; `params`
-  is int64[4]: (n, max_depth, max_states, num_classes);
+- ``N`` (the NFA, read-only): need, eps_ptr, eps_dst, call_ptr, call_to,
+  call_ret, is_end, edge_ptr, edge_dst, edge_mask, mask_cls, params, call_op,
+  call_lo, call_hi; `params` is int64[4]: (n, max_depth, max_states,
+  num_classes); call edges are as in `grammars.nfa.NFAArrays`;
 - ``S`` (the DFA, grown by the caller): table, accepting, cfg_ptr, cfg_data,
   cfg_keys, cfg_vals, next_same, stk_ret, stk_parent, stk_depth, stk_keys,
   stk_vals, counts, ecl_off, ecl_data; `counts` is int64[6]: (states, cfg
@@ -58,6 +61,8 @@ GROW_ECLOSE = 8
 DEAD = -1
 UNEXPANDED = -2
 _SLOT_EMPTY = -1
+# call edge kinds (grammars.nfa)
+REG, FREE, ENTER, HEAD, INC = 0, 1, 2, 3, 4
 
 
 @njit(cache=True, nogil=True, inline="always", _nrt=False)
@@ -78,9 +83,10 @@ def _hash_cfgs(buf, m):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True, _nrt=False)
-def _push(stk_ret, stk_parent, stk_depth, keys, vals, counts, k, ret):  # pragma: no cover - compiled
-    """Stack id of `ret` pushed on stack `k` (interned); < 0: a GROW status, negated."""
-    key = ret * 0x80000000 + k
+def _push(stk_ret, stk_parent, stk_depth, keys, vals, counts, k, ret, op):  # pragma: no cover - compiled
+    """Stack id of frame `ret` pushed on stack `k` by a call edge of kind `op` (interned;
+    counter frames are pushed with op ENTER); < 0: a GROW status, negated."""
+    key = ((ret + 2) * 4 + op) * 0x80000000 + k
     mask = len(keys) - 1
     slot = mix(key) & mask
     while vals[slot] != _SLOT_EMPTY:
@@ -94,7 +100,7 @@ def _push(stk_ret, stk_parent, stk_depth, keys, vals, counts, k, ret):  # pragma
         return -GROW_STACKS
     stk_ret[sid] = ret
     stk_parent[sid] = k
-    stk_depth[sid] = stk_depth[k] + 1
+    stk_depth[sid] = stk_depth[k] + (op == REG)
     keys[slot] = key
     vals[slot] = sid
     counts[2] += 1
@@ -236,8 +242,9 @@ def _targets(N, S, W, flat, group_ptr, n_groups, results):  # pragma: no cover -
     Returns a status.
     """
     need, eps_ptr, eps_dst, call_ptr = N[0], N[1], N[2], N[3]
-    call_start, call_ret, is_end, edge_ptr = N[4], N[5], N[6], N[7]
+    call_to, call_ret, is_end, edge_ptr = N[4], N[5], N[6], N[7]
     n, maxd, max_states = N[11][0], N[11][1], N[11][2]
+    call_op, call_lo, call_hi = N[12], N[13], N[14]
     table, accepting, cfg_ptr, cfg_data, cfg_keys, cfg_vals, next_same = S[0], S[1], S[2], S[3], S[4], S[5], S[6]
     stk_ret, stk_parent, stk_depth, stk_keys, stk_vals, counts, ecl_off, ecl_data = (
         S[7], S[8], S[9], S[10], S[11], S[12], S[13], S[14])
@@ -286,7 +293,7 @@ def _targets(N, S, W, flat, group_ptr, n_groups, results):  # pragma: no cover -
                     return status
             n_bytes, n_calls, end = ecl_data[off], ecl_data[off + 1], ecl_data[off + 2]
             base = k * n
-            if n_out + n_bytes > len(out) or n_todo + n_calls + 1 > len(todo):
+            if n_out + n_bytes > len(out) or n_todo + 2 * n_calls + 1 > len(todo):
                 return GROW_SCRATCH
             for i in range(off + 3, off + 3 + n_bytes):
                 b = ecl_data[i]
@@ -295,9 +302,36 @@ def _targets(N, S, W, flat, group_ptr, n_groups, results):  # pragma: no cover -
                     n_out += 1
             for i in range(off + 3 + n_bytes, off + 3 + n_bytes + n_calls):
                 j = ecl_data[i]
-                start, ret = call_start[j], call_ret[j]
-                if need[start] < budget and need[ret] <= budget:
-                    sid = _push(stk_ret, stk_parent, stk_depth, stk_keys, stk_vals, counts, k, ret)
+                op, start, ret = call_op[j], call_to[j], call_ret[j]
+                if op <= FREE:                     # a rule or subroutine call
+                    if need[start] < budget + op and need[ret] <= budget:
+                        sid = _push(stk_ret, stk_parent, stk_depth, stk_keys, stk_vals, counts, k, ret, op)
+                        if sid < 0:
+                            return -sid
+                        todo[n_todo] = sid * n + start
+                        n_todo += 1
+                    continue
+                count = -2 - stk_ret[k]            # HEAD, INC: the loop's counter frame is on top
+                lo, hi = call_lo[j], call_hi[j]
+                if op == ENTER:
+                    sid = _push(stk_ret, stk_parent, stk_depth, stk_keys, stk_vals, counts, k, -2, ENTER)
+                    if sid < 0:
+                        return -sid
+                    todo[n_todo] = sid * n + start
+                    n_todo += 1
+                elif op == HEAD:
+                    if hi < 0 or count < hi:       # once more (dropped above if the item cannot finish)
+                        todo[n_todo] = base + start
+                        n_todo += 1
+                    if count >= lo:
+                        todo[n_todo] = stk_parent[k] * n + ret
+                        n_todo += 1
+                else:                              # INC
+                    count += 1
+                    if hi < 0 and count > lo:
+                        count = lo
+                    sid = _push(stk_ret, stk_parent, stk_depth, stk_keys, stk_vals, counts, stk_parent[k],
+                                -2 - count, ENTER)
                     if sid < 0:
                         return -sid
                     todo[n_todo] = sid * n + start

@@ -1,10 +1,12 @@
 """Lazy DFA over a byte-level `Grammar`, determinized one row at a time.
 
 A DFA state is an interned sorted tuple of NFA *configurations*: a byte-consuming
-NFA state plus a call stack of return states (stacks are interned as
-parent-pointer ids, so a configuration is one int `stack * N + state`). The
-stack depth is bounded by `max_depth`, which unrolls recursive grammars to a
-fixed nesting depth.
+NFA state plus a stack of frames (stacks are interned as parent-pointer ids,
+so a configuration is one int `stack * N + state`). A frame is a return state
+(a rule or subroutine call) or the value of a counter loop (see `grammars.nfa`:
+`x{0,1000}` is one loop whose count is a frame, never 1000 copies). The
+number of nested rule calls is bounded by `max_depth`, which unrolls recursive
+grammars to a fixed nesting depth; subroutines and counters cost no depth.
 
 Rows are computed only when first asked for, per *byte class*: bytes that no
 mask in the NFA tells apart share one class and always move alike.
@@ -35,7 +37,7 @@ import numpy as np
 from grammars.ast import Grammar
 from grammars.errors import StateBudgetError
 from grammars.byte_classes import byte_classes
-from grammars.nfa import NFA
+from grammars.nfa import ENTER, FREE, HEAD, INC, NFA, REG
 
 __all__ = ["LazyDFA", "compile_dfa", "DEAD", "UNEXPANDED"]
 
@@ -69,8 +71,9 @@ class LazyDFA:
         self._need = nfa.need
         self._eclose: list[tuple | None] = [None] * self._n
         self._moves: list[tuple | None] = [None] * self._n
-        # Stacks: id 0 is empty; id -> (return state, parent id), depth per id.
-        self._stack_ids: dict[tuple[int, int], int] = {}
+        # Stacks: id 0 is empty; id -> (frame, parent id), depth per id. A frame is a
+        # return state, or -2 - count for a counter loop's frame.
+        self._stack_ids: dict[tuple[int, int, int], int] = {}
         self._stacks: list[tuple[int, int]] = [(-1, -1)]
         self._depth: list[int] = [0]
         # Configuration sets are sorted tuples of ints, not frozensets: the cyclic GC
@@ -207,7 +210,7 @@ class LazyDFA:
     # -- determinization -----------------------------------------------------
 
     def _eclose_of(self, s: int) -> tuple:
-        """Stack-free epsilon closure of s: (byte states, calls, reaches end)."""
+        """Stack-free epsilon closure of s: (byte states, call edges, reaches end)."""
         nfa = self.nfa
         seen = {s}
         todo = [s]
@@ -218,8 +221,8 @@ class LazyDFA:
             u = todo.pop()
             if nfa.edges[u] and self._need[u] <= self.max_depth:
                 byte_states.append(u)
-            for r, t in nfa.calls[u]:
-                calls.append((nfa.rule_start[r], nfa.forward(t)))
+            for op, to, t, lo, hi in nfa.calls[u]:
+                calls.append((op, to, nfa.forward(t) if op <= FREE else t, lo, hi))
             end = end or nfa.is_end[u]
             for v in nfa.eps[u]:
                 if v not in seen:
@@ -229,14 +232,16 @@ class LazyDFA:
         self._eclose[s] = out
         return out
 
-    def _push(self, k: int, ret: int) -> int:
-        key = (ret, k)
+    def _push(self, k: int, frame: int, op: int) -> int:
+        """Stack id of `frame` pushed on stack `k` by a call edge of kind `op`
+        (only rule calls, `REG`, count towards the depth)."""
+        key = (frame, k, op)
         sid = self._stack_ids.get(key)
         if sid is None:
             sid = len(self._stacks)
             self._stack_ids[key] = sid
-            self._stacks.append(key)
-            self._depth.append(self._depth[k] + 1)
+            self._stacks.append((frame, k))
+            self._depth.append(self._depth[k] + (op == REG))
         return sid
 
     def _close_flat(self, seeds: Iterable[int]) -> tuple[int, ...]:
@@ -275,9 +280,23 @@ class LazyDFA:
             for b in byte_states:
                 if need[b] <= budget:
                     out.add(base + b)
-            for start, ret in calls:
-                if need[start] < budget and need[ret] <= budget:
-                    todo.append(self._push(k, ret) * n + start)
+            for op, to, ret, lo, hi in calls:
+                if op == REG or op == FREE:
+                    if need[to] < budget + (op == FREE) and need[ret] <= budget:
+                        todo.append(self._push(k, ret, op) * n + to)
+                    continue
+                frame, parent = self._stacks[k]
+                count = -2 - frame                # the loop's counter frame is on top (HEAD, INC)
+                if op == ENTER:
+                    todo.append(self._push(k, -2, ENTER) * n + to)
+                elif op == HEAD:
+                    if hi < 0 or count < hi:
+                        todo.append(base + to)    # once more (dropped above if the item cannot finish)
+                    if count >= lo:
+                        todo.append(parent * n + ret)
+                elif op == INC:
+                    count = count + 1 if hi >= 0 else min(count + 1, lo)
+                    todo.append(self._push(parent, -2 - count, ENTER) * n + to)
             if end:
                 if k == 0:
                     out.add(_ACCEPT)

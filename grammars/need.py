@@ -24,13 +24,15 @@ INF = 1 << 30
 
 def compute_need(n: int, rule_start: Sequence[int], rule_end: Sequence[int], edge_src: list[int],
                  edge_dst: list[int], call_src: Sequence[int], call_rule: Sequence[int], call_dst: Sequence[int],
-                 max_depth: int) -> list[int]:
+                 call_free: Sequence[bool] | None = None, *, max_depth: int) -> list[int]:
     """need[s] for the `n` states of an NFA (epsilon and byte edges alike in `edge_*`).
 
     A monotone fixpoint over the budget d = 0..max_depth, done incrementally:
-    level d may use calls into rules whose start finishes within d - 1. Total
-    work is linear in the NFA size.
+    level d may use calls into rules whose start finishes within d - 1, and
+    FREE calls (`call_free`, subroutines that cost no depth) into rules whose
+    start finishes within d. Total work is linear in the NFA size.
     """
+    free = list(call_free) if call_free is not None else [False] * len(call_src)
     # Reverse eps + byte edges as CSR (sources sorted by target), built in
     # numpy: per-state lists would be the largest allocation of the NFA.
     src = np.array(edge_src, dtype=np.int64)
@@ -40,28 +42,41 @@ def compute_need(n: int, rule_start: Sequence[int], rule_end: Sequence[int], edg
     off = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(dst, minlength=n), out=off[1:])
     off_l = off.tolist()
-    rev_call: dict[int, list[tuple[int, int]]] = {}
+    rev_call: dict[int, list[tuple[int, int, bool]]] = {}
     sites: list[list[tuple[int, int]]] = [[] for _ in rule_start]
-    for p, r, t in zip(call_src, call_rule, call_dst):
-        rev_call.setdefault(t, []).append((p, r))
-        sites[r].append((p, t))
+    free_sites: list[list[tuple[int, int]]] = [[] for _ in rule_start]
+    for p, r, t, f in zip(call_src, call_rule, call_dst, free):
+        rev_call.setdefault(t, []).append((p, r, f))
+        (free_sites if f else sites)[r].append((p, t))
     need = [INF] * n
-    active = [False] * len(rule_start)
+    active = [False] * len(rule_start)        # rule calls usable at this level
+    free_active = [False] * len(rule_start)   # subroutine calls usable at this level
     frontier = list(rule_end)
     for e in frontier:
         need[e] = 0
     d = 0
     while True:
-        while frontier:
-            u = frontier.pop()
-            for p in rev[off_l[u]:off_l[u + 1]]:
-                if need[p] == INF:
-                    need[p] = d
-                    frontier.append(p)
-            for p, r in rev_call.get(u, ()):
-                if active[r] and need[p] == INF:
-                    need[p] = d
-                    frontier.append(p)
+        while True:
+            while frontier:
+                u = frontier.pop()
+                for p in rev[off_l[u]:off_l[u + 1]]:
+                    if need[p] == INF:
+                        need[p] = d
+                        frontier.append(p)
+                for p, r, f in rev_call.get(u, ()):
+                    if (free_active[r] if f else active[r]) and need[p] == INF:
+                        need[p] = d
+                        frontier.append(p)
+            # subroutines whose start now finishes within d are usable at level d itself
+            for r, st in enumerate(rule_start):
+                if not free_active[r] and need[st] <= d:
+                    free_active[r] = True
+                    for p, t in free_sites[r]:
+                        if need[t] != INF and need[p] == INF:
+                            need[p] = d
+                            frontier.append(p)
+            if not frontier:
+                break
         if d >= max_depth:
             return need
         newly = [r for r, st in enumerate(rule_start) if not active[r] and need[st] <= d]

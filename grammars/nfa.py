@@ -8,13 +8,26 @@ states. States carry three kinds of edges:
 - call edges `(rule, ret)`: run `rule` from its start; when it reaches its end,
   continue at `ret` (the lazy DFA keeps the return states on a stack).
 
-Construction is linear in the size of the IR after expanding counted repeats:
-`Repeat(x, m, n)` copies `x` `n` times (or `m` times plus a loop). A node
-built a second time (a repeat's item, a node shared by several parents) is
-copied from the edges recorded for its first build, shifted to fresh state
-numbers, instead of walking its tree again. Alternatives that end in the same
-items share one copy of that suffix, so "the first present member is i, then
-the optional rest" layouts of JSON objects stay linear instead of quadratic.
+Construction is linear in the size of the IR *without* expanding counted
+repeats: it never unrolls a bound. `Repeat(x, m, n)` with small bounds is
+copied (`x{0,1}`, `x{2}`, a byte class up to 64 times); past that it becomes
+a *counter loop*: an ENTER edge pushes a counter frame holding 0 on the
+configuration's stack, the loop HEAD either runs `x` again (count < n) or pops
+the frame and leaves (count >= m), and an INC edge after `x` bumps the count.
+So `x{0,1000000}` costs four states, and the counter values live in the lazy
+DFA's configurations, created only when generation reaches them. A large
+node used again (a `$ref`'d definition, a shared object layout) becomes a
+subroutine: a FREE call, which returns like a `Ref` but costs no nesting
+depth, instead of another copy; small ones are copied from the edges
+recorded for their first build. Alternatives that end in the same items
+share one copy of that suffix, so "the first present member is i, then the
+optional rest" layouts of JSON objects stay linear instead of quadratic.
+
+Why counters rather than symbolic derivatives (llguidance's derivre): the
+lazy subset construction over Thompson NFAs, its compiled kernels, the
+vocabulary-trie walks and the slice machinery all work on configurations
+`stack * N + state`; a counter is one more kind of stack frame, so every
+one of them carries over unchanged, and the NFA stays O(size of the schema).
 
 `need[s]` is the least call-nesting budget with which state `s` can still reach
 the end of its own rule (`INF` if it never can). The DFA uses it to keep only
@@ -40,7 +53,19 @@ import numpy as np
 from grammars.ast import Alt, ByteSet, Grammar, Node, Ref, Repeat, Seq
 from grammars.need import INF, compute_need
 
-__all__ = ["NFA", "NFAArrays", "INF", "gc_paused", "share"]
+__all__ = ["NFA", "NFAArrays", "INF", "gc_paused", "share", "REG", "FREE", "ENTER", "HEAD", "INC", "UNROLL_LIMIT",
+           "SUBROUTINE_MIN"]
+
+# Kinds of call edge (`NFAArrays.call_op`). REG: a rule call (`Ref`), one level of
+# nesting depth; FREE: a subroutine call, no depth; ENTER: push a counter frame
+# holding 0, go to the loop head; HEAD: count < hi: enter the item, count >= lo:
+# pop the frame and go to the loop exit (`call_dst`); INC: count + 1, back to the head.
+REG, FREE, ENTER, HEAD, INC = range(5)
+# A repeat is copied when its bound is at most this (a byte class: 64); else a counter loop.
+UNROLL_LIMIT = 4
+_BYTE_UNROLL_LIMIT = 64
+# A node built again whose fragment has at least this many states becomes a subroutine.
+SUBROUTINE_MIN = 48
 
 
 
@@ -65,7 +90,10 @@ class NFAArrays:
         eps_ptr, eps_dst: epsilon edges of state s are eps_dst[eps_ptr[s]:eps_ptr[s + 1]].
         edge_ptr, edge_dst, edge_mask: byte edges; `edge_mask` indexes `masks`.
         masks: the distinct byte masks, ascending.
-        call_ptr, call_rule, call_dst: call edges (rule index, return state).
+        call_ptr, call_rule, call_dst: call edges (rule index or -1, return or exit state).
+        call_op, call_to, call_lo, call_hi: per call edge its kind (`REG` ... `INC`),
+            the state it goes to (a rule's start, a loop head or body), and a
+            counter loop's bounds (hi -1: unbounded).
     """
 
     eps_ptr: np.ndarray
@@ -77,6 +105,10 @@ class NFAArrays:
     call_ptr: np.ndarray
     call_rule: np.ndarray
     call_dst: np.ndarray
+    call_op: np.ndarray
+    call_to: np.ndarray
+    call_lo: np.ndarray
+    call_hi: np.ndarray
 
 
 def _per_state(ptr: np.ndarray, items: list) -> list[tuple]:
@@ -116,7 +148,7 @@ def share(node: Node) -> Node:
     return node
 
 
-def _template(nfa: "NFA", s: int, c0: int, e0: int, b0: int, t: int) -> tuple:
+def _template(nfa: "NFA", s: int, c0: int, e0: int, b0: int, k0: int, t: int) -> tuple:
     """A just-built fragment (entry `s`, states from `c0`, edges from e0/b0,
     exit `t`) with states renumbered from 0 and the entry as -1."""
     def rel(x: int) -> int:
@@ -132,8 +164,11 @@ def _template(nfa: "NFA", s: int, c0: int, e0: int, b0: int, t: int) -> tuple:
             j = local[i] = len(masks)
             masks.append(inv[i])
         idx.append(j)
+    calls = [(rel(a), op, b - c0, to - c0, lo, hi) for a, op, b, to, lo, hi in
+             zip(nfa._call_src[k0:], nfa._call_op[k0:], nfa._call_dst[k0:], nfa._call_to[k0:],
+                 nfa._call_lo[k0:], nfa._call_hi[k0:])]
     return (nfa._count - c0, rel(t), [rel(a) for a in nfa._eps_src[e0:]], [b - c0 for b in nfa._eps_dst[e0:]],
-            [rel(a) for a in nfa._byte_src[b0:]], [b - c0 for b in nfa._byte_dst[b0:]], masks, idx, nfa._dead)
+            [rel(a) for a in nfa._byte_src[b0:]], [b - c0 for b in nfa._byte_dst[b0:]], masks, idx, nfa._dead, calls)
 
 
 class NFA:
@@ -173,8 +208,13 @@ class NFA:
         self._mask_id: dict[int, int] = {}
         self._byte_dst: list[int] = []
         self._call_src: list[int] = []
-        self._call_rule: list[int] = []
+        self._call_rule: list[int] = []      # -1 for counter edges
         self._call_dst: list[int] = []
+        self._call_op: list[int] = []
+        self._call_to: list[int] = []        # counter edges: the state they go to (rule calls: -1)
+        self._call_lo: list[int] = []
+        self._call_hi: list[int] = []
+        self._subs: dict[Node, int] = {}     # node -> its subroutine's rule index
         # node -> (entry, first state, end state, exit, edge offsets) of its first build
         self._frags: dict[Node, tuple[int, ...]] = {}
         self._dead = False  # built a NOTHING (some states may not reach their rule's end)
@@ -192,7 +232,8 @@ class NFA:
         self.need: list[int] = self._compute_need(max_depth)
         self.arrays = self._csr()
         del self._frags, self._dead, self._mask_id, self._eps_src, self._eps_dst, self._byte_src, self._byte_mask, self._byte_dst
-        del self._call_src, self._call_rule, self._call_dst
+        del self._call_src, self._call_rule, self._call_dst, self._call_op, self._call_to, self._call_lo, self._call_hi
+        del self._subs
 
     def _csr(self) -> "NFAArrays":
         """The flat edge columns grouped per source state, in numpy (order kept)."""
@@ -214,8 +255,13 @@ class NFA:
         eps_ptr, eps_dst = group(self._eps_src, self._eps_dst)
         edge_ptr, edge_dst, edge_mask = group(self._byte_src, self._byte_dst, self._byte_mask)
         edge_mask = remap[edge_mask] if len(edge_mask) else edge_mask
-        call_ptr, call_rule, call_dst = group(self._call_src, self._call_rule, self._call_dst)
-        return NFAArrays(eps_ptr, eps_dst, edge_ptr, edge_dst, edge_mask, masks, call_ptr, call_rule, call_dst)
+        call_ptr, call_rule, call_dst, call_op, call_to, call_lo, call_hi = group(
+            self._call_src, self._call_rule, self._call_dst, self._call_op, self._call_to, self._call_lo, self._call_hi)
+        if len(call_rule):              # rule calls go to their rule's start
+            starts = np.array(self.rule_start, dtype=np.int64)
+            call_to = np.where(call_rule >= 0, starts[np.maximum(call_rule, 0)], call_to)
+        return NFAArrays(eps_ptr, eps_dst, edge_ptr, edge_dst, edge_mask, masks, call_ptr, call_rule, call_dst,
+                         call_op, call_to, call_lo, call_hi)
 
     # Per-state adjacency as tuples, for the Python DFA (built on first use).
 
@@ -231,9 +277,11 @@ class NFA:
         return _per_state(a.edge_ptr, [(masks[m], t) for m, t in zip(a.edge_mask.tolist(), a.edge_dst.tolist())])
 
     @cached_property
-    def calls(self) -> list[tuple[tuple[int, int], ...]]:
+    def calls(self) -> list[tuple[tuple[int, int, int, int, int], ...]]:
+        """Per state, its call edges as (op, to, dst, lo, hi) (see `REG` ... `INC`)."""
         a = self.arrays
-        return _per_state(a.call_ptr, list(zip(a.call_rule.tolist(), a.call_dst.tolist())))
+        return _per_state(a.call_ptr, list(zip(a.call_op.tolist(), a.call_to.tolist(), a.call_dst.tolist(),
+                                               a.call_lo.tolist(), a.call_hi.tolist())))
 
     @property
     def num_states(self) -> int:
@@ -279,13 +327,13 @@ class NFA:
             return self._byte(s, node.mask)
         if kind is Ref:
             t = self._new()
-            self._call_src.append(s)
-            self._call_rule.append(self.rule_index[node.name])
-            self._call_dst.append(t)
+            self._call(s, REG, t, rule=self.rule_index[node.name])
             return t
         frag = self._frags.get(node) if self.replay else None
         if frag is not None:
-            return self._copy(frag, s)
+            if frag[5] - frag[1] < SUBROUTINE_MIN:
+                return self._copy(frag, s)
+            return self._subroutine(node, frag, s)
         mark = (s, self._count, len(self._eps_src), len(self._byte_src), len(self._call_src))
         if self.replay and id(node) in _SHARED:
             t = self._build_shared(node, s)
@@ -303,6 +351,30 @@ class NFA:
         self._frags[node] = (*mark, self._count, t, len(self._eps_src), len(self._byte_src), len(self._call_src))
         return t
 
+    def _call(self, s: int, op: int, dst: int, *, rule: int = -1, to: int = -1, lo: int = 0, hi: int = -1) -> None:
+        """A call edge from `s` (see `REG` ... `INC`)."""
+        self._call_src.append(s)
+        self._call_rule.append(rule)
+        self._call_dst.append(dst)
+        self._call_op.append(op)
+        self._call_to.append(to)
+        self._call_lo.append(lo)
+        self._call_hi.append(hi)
+
+    def _subroutine(self, node: Node, frag: tuple[int, ...], s: int) -> int:
+        """A FREE call from `s` to the subroutine of `node` (made from its recorded fragment on first use)."""
+        rule = self._subs.get(node)
+        if rule is None:
+            rule = self._subs[node] = len(self.rule_start)
+            self.rule_names.append(f"sub:{rule}")
+            start = self._new()
+            self.rule_start.append(start)
+            self.rule_end.append(-1)
+            self.rule_end[rule] = self._copy(frag, start)
+        t = self._new()
+        self._call(s, FREE, t, rule=rule)
+        return t
+
     def _build_shared(self, node: Node, s: int) -> int:
         """Build a `share`d node from its process-wide template (recorded on its
         first build in any NFA), on fresh states from entry `s`."""
@@ -318,11 +390,11 @@ class NFA:
                 self._build_alt([_items(x) for x in node.items], s, t)
             else:
                 t = self._build_repeat(node, s)
-            if len(self._call_src) == k0:  # rule numbers differ between grammars
-                _TEMPLATES[id(node)] = _template(self, s, c0, e0, b0, t)
+            if all(r < 0 for r in self._call_rule[k0:]):  # rule numbers differ between grammars
+                _TEMPLATES[id(node)] = _template(self, s, c0, e0, b0, k0, t)
             self._dead = was_dead or self._dead
             return t
-        size, exit_, eps_src, eps_dst, byte_src, byte_dst, masks, mask_idx, dead = tpl
+        size, exit_, eps_src, eps_dst, byte_src, byte_dst, masks, mask_idx, dead, calls = tpl
         d = self._count
         self._count += size
         self._dead = self._dead or dead
@@ -337,6 +409,8 @@ class NFA:
                 mid = self._mask_id[m] = len(self._mask_id)
             ids.append(mid)
         self._byte_mask.extend([ids[i] for i in mask_idx])
+        for a, op, b, to, lo, hi in calls:
+            self._call(s if a < 0 else a + d, op, b + d, to=to + d, lo=lo, hi=hi)
         return s if exit_ < 0 else exit_ + d
 
     def _copy(self, frag: tuple[int, ...], s: int) -> int:
@@ -361,6 +435,10 @@ class NFA:
             src.extend([s if a == entry else a + d for a in src[k0:k1]])
             self._call_rule.extend(self._call_rule[k0:k1])
             self._call_dst.extend([b + d for b in self._call_dst[k0:k1]])
+            self._call_op.extend(self._call_op[k0:k1])
+            self._call_to.extend([b + d if b >= 0 else b for b in self._call_to[k0:k1]])
+            self._call_lo.extend(self._call_lo[k0:k1])
+            self._call_hi.extend(self._call_hi[k0:k1])
         return s if exit_ == entry else exit_ + d
 
     def _build_alt(self, branches: list[tuple[Node, ...]], s: int, t: int) -> None:
@@ -439,8 +517,11 @@ class NFA:
         return s
 
     def _build_repeat(self, node: Repeat, s: int) -> int:
-        if type(node.item) is ByteSet and node.max is not None:
+        bound = node.max if node.max is not None else node.min
+        if type(node.item) is ByteSet and node.max is not None and bound <= _BYTE_UNROLL_LIMIT:
             return self._byte_repeat(node.item.mask, node.min, node.max, s)
+        if bound > UNROLL_LIMIT and not (type(node.item) is ByteSet and node.max is None and node.min <= _BYTE_UNROLL_LIMIT):
+            return self._counter_loop(node, s)
         for _ in range(node.min):
             s = self._build(node.item, s)
         if node.max is None:
@@ -456,6 +537,19 @@ class NFA:
             self._eps(s, t)
             s = self._build(node.item, s)
         self._eps(s, t)
+        return t
+
+    def _counter_loop(self, node: Repeat, s: int) -> int:
+        """`item{lo,hi}` as a counter loop: s -ENTER-> head -HEAD-> item ... -INC-> head; head -HEAD-> exit.
+
+        Four states and three edges whatever the bounds; the counter lives on
+        the DFA configuration's stack (see the module docstring).
+        """
+        hi = -1 if node.max is None else node.max
+        head, body, t = self._new(), self._new(), self._new()
+        self._call(s, ENTER, head, to=head)
+        self._call(head, HEAD, t, to=body, lo=node.min, hi=hi)
+        self._call(self._build(node.item, body), INC, head, to=head, lo=node.min, hi=hi)
         return t
 
     def _byte_repeat(self, mask: int, lo: int, hi: int, s: int) -> int:
@@ -488,11 +582,27 @@ class NFA:
     # -- finishability ------------------------------------------------------
 
     def _compute_need(self, max_depth: int) -> list[int]:
-        """need[s]: least nesting budget with which s reaches its rule's end (see `grammars.need`)."""
+        """need[s]: least nesting budget with which s reaches its rule's end (see `grammars.need`).
+
+        Counter edges count as epsilon moves: a loop whose item can finish can
+        always run to its lower bound (the DFA checks that at the loop head).
+        """
         n = self.num_states
-        if self.fast_need and not self._call_src and not self._dead and 0 not in self._masks:
-            # Without calls and without dead parts (NOTHING, empty byte sets) every
+        ops = self._call_op
+        if self.fast_need and REG not in ops and not self._dead and 0 not in self._masks:
+            # Without rule calls and without dead parts (NOTHING, empty byte sets) every
             # Thompson fragment state reaches its fragment's exit, hence its rule's end.
             return [0] * n
-        return compute_need(n, self.rule_start, self.rule_end, self._eps_src + self._byte_src,
-                            self._eps_dst + self._byte_dst, self._call_src, self._call_rule, self._call_dst, max_depth)
+        src, dst = self._eps_src + self._byte_src, self._eps_dst + self._byte_dst
+        calls: tuple[list[int], ...] = ([], [], [], [])
+        for a, op, b, to, r in zip(self._call_src, ops, self._call_dst, self._call_to, self._call_rule):
+            if op <= FREE:
+                for col, v in zip(calls, (a, r, b, op == FREE)):
+                    col.append(v)
+            else:
+                src.append(a)
+                dst.append(to)
+                if op == HEAD:
+                    src.append(a)
+                    dst.append(b)
+        return compute_need(n, self.rule_start, self.rule_end, src, dst, *calls, max_depth=max_depth)
