@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Hashable
 
 from constrained.errors import InvalidSchemaError
 from constrained.token_fsm import TokenFSM
+from grammars.deep import deep_call
 from grammars.nfa import gc_paused
 
 if TYPE_CHECKING:
@@ -32,12 +33,17 @@ if TYPE_CHECKING:
 __all__ = ["compile_regex", "compile_json_schema", "compile_grammar", "clear_cache"]
 
 _CACHE_SIZE = 128
+# Budgets of every compiled constraint (keyword arguments of compile_*, `--max-states` in the CLI).
+MAX_STATES = 100_000
 _cache: "OrderedDict[Hashable, TokenFSM]" = OrderedDict()
 _lock = threading.Lock()
 
 
-def compile_regex(pattern: str, vocab: "Vocabulary", **options: Any) -> TokenFSM:
+def compile_regex(pattern: str, vocab: "Vocabulary", *, max_states: int = MAX_STATES, **options: Any) -> TokenFSM:
     """Token FSM for texts fully matching `pattern` (options go to `regex_grammar`).
+
+    `max_states` bounds the byte DFA's states (they are built lazily, as
+    generation reaches them); past it `StateBudgetError` is raised.
 
     Raises:
         RegexSyntaxError, UnsupportedRegexError: bad pattern.
@@ -47,16 +53,18 @@ def compile_regex(pattern: str, vocab: "Vocabulary", **options: Any) -> TokenFSM
 
     if not isinstance(pattern, str):
         raise TypeError(f"pattern must be a str, got {type(pattern).__name__}: {pattern!r}")
-    key = ("regex", pattern, _options_key(options), vocab.fingerprint)
-    return _cached(key, lambda: compile_grammar(regex_grammar(pattern, **options), vocab))
+    key = ("regex", pattern, _options_key(options), max_states, vocab.fingerprint)
+    return _cached(key, lambda: compile_grammar(regex_grammar(pattern, **options), vocab, max_states=max_states))
 
 
-def compile_json_schema(schema: Any, vocab: "Vocabulary", **options: Any) -> TokenFSM:
+def compile_json_schema(schema: Any, vocab: "Vocabulary", *, max_states: int = MAX_STATES,
+                        **options: Any) -> TokenFSM:
     """Token FSM for JSON documents valid under `schema`.
 
     Args:
         schema: a dict, a JSON string, or a pydantic model class.
         vocab: the model's `Vocabulary`.
+        max_states: budget of byte-DFA states (built lazily, as generation reaches them).
         **options: passed to `json_schema_grammar` (e.g. whitespace policy).
 
     Raises:
@@ -66,21 +74,22 @@ def compile_json_schema(schema: Any, vocab: "Vocabulary", **options: Any) -> Tok
     from grammars.json_schema import json_schema_grammar
 
     schema = _as_schema_dict(schema)
-    text = json.dumps(schema, sort_keys=True, separators=(",", ":"))
-    key = ("json", text, _options_key(options), vocab.fingerprint)
-    return _cached(key, lambda: compile_grammar(json_schema_grammar(schema, **options), vocab))
+    text = deep_call(json.dumps, schema, sort_keys=True, separators=(",", ":"))
+    key = ("json", text, _options_key(options), max_states, vocab.fingerprint)
+    return _cached(key, lambda: compile_grammar(json_schema_grammar(schema, **options), vocab, max_states=max_states))
 
 
-def compile_grammar(grammar, vocab: "Vocabulary") -> TokenFSM:
+def compile_grammar(grammar, vocab: "Vocabulary", *, max_states: int = MAX_STATES) -> TokenFSM:
     """Token FSM of a `grammars.ast.Grammar` (not cached)."""
     from constrained.dfa_jit import native_dfa_class
     from grammars.dfa import LazyDFA
 
+    if not isinstance(max_states, int) or isinstance(max_states, bool) or max_states < 1:
+        raise ValueError(f"max_states must be a positive int, got {max_states!r}")
     dfa_class = native_dfa_class() or LazyDFA
     # recursive grammars (JSON schema) say how deep their rule calls may nest
-    max_depth = grammar.info.get("max_depth")
-    dfa = dfa_class(grammar) if max_depth is None else dfa_class(grammar, max_depth=int(max_depth))
-    return TokenFSM(dfa, vocab)
+    max_depth = grammar.info.get("max_depth", 64)
+    return TokenFSM(dfa_class(grammar, max_states=max_states, max_depth=int(max_depth)), vocab)
 
 
 def clear_cache() -> None:
@@ -100,7 +109,7 @@ def _cached(key: Hashable, build: Callable[[], TokenFSM]) -> TokenFSM:
     # promoted to the oldest generation and trigger its full scans (25-100 ms
     # each with a model loaded), several times over a few dozen schemas.
     with gc_paused():
-        fsm = build()
+        fsm = deep_call(build)             # deep schemas: see `grammars.deep`
     with _lock:
         fsm = _cache.setdefault(key, fsm)
         _cache.move_to_end(key)

@@ -84,10 +84,17 @@ class UnsupportedRegexError(ConstraintError):
 
 
 class StateBudgetError(ConstraintError):
-    """Determinization reached more states than the explicit budget allows."""
+    """A compiled constraint outgrew an explicit budget (automaton states, bytes, nesting).
 
-    def __init__(self, budget: int, what: str = "automaton") -> None:
-        self.budget = budget
-        super().__init__(
-            f"{what} needs more than {budget} states; raise `max_states` or simplify the constraint"
-        )
+    Attributes:
+        budget: the limit that was reached.
+        where: the JSON path or regex part that was growing, when known.
+        option: the keyword argument (and CLI flag) that raises the limit, if any.
+    """
+
+    def __init__(self, budget: int, what: str = "automaton", *, unit: str = "states", where: str | None = None,
+                 option: str | None = "max_states") -> None:
+        self.budget, self.what, self.where, self.option = budget, what, where, option
+        at = f" (growing at {where})" if where else ""
+        fix = f"raise `{option}` or simplify the constraint" if option else "simplify the constraint"
+        super().__init__(f"{what} needs more than {budget} {unit}{at}; {fix}")

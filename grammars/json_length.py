@@ -281,6 +281,9 @@ def restrict_length(body: Node, min_length: int, max_length: int | None, *, path
         return body
     cap = max_length + 1 if max_length is not None else min_length
     prod = _Product(cap, path, budget)
+    direct = _one_counted_run(prod, body, min_length, max_length)
+    if direct is not None:
+        return direct
     prof = prod.profile(body)
     keep = [k for k in prof if k >= min_length and (max_length is None or k <= max_length)]
     if len(keep) == len(prof):
@@ -289,3 +292,41 @@ def restrict_length(body: Node, min_length: int, max_length: int | None, *, path
     if expanded_size(out) > budget:
         raise prod.fail(f"the exact product exceeds the size budget of {budget}")
     return out
+
+
+def _one_counted_run(prod: _Product, body: Node, lo: int, hi: int | None) -> Node | None:
+    """`body` with its length bounds moved onto its one repeat of single characters, when it is
+    such a repeat between fixed-length pieces (`^[a-z]+$`, `^id-\\d+$`): no per-length branches,
+    so the counter loop of the result stays lazy. None when `body` has another shape."""
+    items = body.items if isinstance(body, Seq) else (body,)
+    an, fixed, run = prod.an, 0, None
+    for i, item in enumerate(items):
+        if not an.is_closed(item):
+            return None
+        counts = {n for _, n in an.from_between(item)}
+        if isinstance(item, Repeat) and run is None and an.is_unit(item.item):
+            run = i
+        elif len(counts) == 1 and isinstance(item, (ByteSet, Seq)) and _fixed_count(an, item) is not None:
+            fixed += _fixed_count(an, item)
+        else:
+            return None
+    if run is None:
+        return None
+    r = items[run]
+    new_lo = max(r.min, lo - fixed)
+    new_hi = r.max if hi is None else (hi - fixed if r.max is None else min(r.max, hi - fixed))
+    if new_hi is not None and new_hi < new_lo:
+        return NOTHING
+    return seq(*items[:run], repeat(r.item, new_lo, new_hi), *items[run + 1:])
+
+
+def _fixed_count(an: _Analyzer, item: Node) -> int | None:
+    """The number of characters of a sequence of single characters (None if not one)."""
+    parts = item.items if isinstance(item, Seq) else (item,)
+    n = 0
+    for part in parts:
+        if an.is_unit(part):
+            n += 1
+        elif not (isinstance(part, ByteSet) or an.is_closed(part)) or an.from_between(part) != {(B, 0)}:
+            return None
+    return n

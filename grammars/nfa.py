@@ -186,9 +186,11 @@ class NFA:
     """
 
     # Switches for differential tests: replay recorded fragments; skip the
-    # finishability search when the structure guarantees its answer.
+    # finishability search when the structure guarantees its answer; call large
+    # nodes built again as subroutines instead of copying them.
     replay = True
     fast_need = True
+    subroutines = True
 
     def __init__(self, grammar: Grammar, *, max_depth: int = 64) -> None:
         with gc_paused():
@@ -196,7 +198,7 @@ class NFA:
 
     def _init(self, grammar: Grammar, max_depth: int) -> None:
         names = [grammar.start] + [n for n in grammar.rules if n != grammar.start]
-        self.rule_names: list[str] = names
+        self.rule_names: list[str] = names[:]   # subroutines get names "sub:<index>"
         self.rule_index: dict[str, int] = {n: i for i, n in enumerate(names)}
         # Edges are collected as flat int columns while building (no tuple per
         # edge), then grouped per state.
@@ -218,12 +220,12 @@ class NFA:
         # node -> (entry, first state, end state, exit, edge offsets) of its first build
         self._frags: dict[Node, tuple[int, ...]] = {}
         self._dead = False  # built a NOTHING (some states may not reach their rule's end)
-        self.rule_start: list[int] = []
-        self.rule_end: list[int] = []
-        for name in names:
-            start = self._new()
-            self.rule_start.append(start)
-            self.rule_end.append(self._build(grammar.rules[name], start))
+        # grammar rules first; subroutines are appended while building them
+        self.rule_start: list[int] = [-1] * len(names)
+        self.rule_end: list[int] = [-1] * len(names)
+        for i, name in enumerate(names[:]):
+            self.rule_start[i] = start = self._new()
+            self.rule_end[i] = self._build(grammar.rules[name], start)
         self._masks = frozenset(self._mask_id)
         self.is_end: list[bool] = [False] * self._count
         for end in self.rule_end:
@@ -330,11 +332,12 @@ class NFA:
             self._call(s, REG, t, rule=self.rule_index[node.name])
             return t
         frag = self._frags.get(node) if self.replay else None
-        if frag is not None:
-            if frag[5] - frag[1] < SUBROUTINE_MIN:
+        if frag is not None and frag[10]:
+            if frag[5] - frag[1] < SUBROUTINE_MIN or not self.subroutines:
                 return self._copy(frag, s)
             return self._subroutine(node, frag, s)
         mark = (s, self._count, len(self._eps_src), len(self._byte_src), len(self._call_src))
+        rules = len(self.rule_start)
         if self.replay and id(node) in _SHARED:
             t = self._build_shared(node, s)
         elif kind is Seq:
@@ -348,7 +351,10 @@ class NFA:
             t = self._build_repeat(node, s)
         else:
             raise TypeError(f"not a grammar node: {node!r}")
-        self._frags[node] = (*mark, self._count, t, len(self._eps_src), len(self._byte_src), len(self._call_src))
+        # a subroutine made meanwhile lies inside this range: copies would carry a dead copy of
+        # its body, so such a fragment ("impure") is built afresh next time, then recorded pure
+        pure = len(self.rule_start) == rules
+        self._frags[node] = (*mark, self._count, t, len(self._eps_src), len(self._byte_src), len(self._call_src), pure)
         return t
 
     def _call(self, s: int, op: int, dst: int, *, rule: int = -1, to: int = -1, lo: int = 0, hi: int = -1) -> None:
@@ -369,8 +375,7 @@ class NFA:
             self.rule_names.append(f"sub:{rule}")
             start = self._new()
             self.rule_start.append(start)
-            self.rule_end.append(-1)
-            self.rule_end[rule] = self._copy(frag, start)
+            self.rule_end.append(self._copy(frag, start))
         t = self._new()
         self._call(s, FREE, t, rule=rule)
         return t
@@ -420,7 +425,7 @@ class NFA:
         the slices [e0, e1) of the columns; only its entry lies outside the
         range, and no edge enters it.
         """
-        entry, c0, e0, b0, k0, c1, exit_, e1, b1, k1 = frag
+        entry, c0, e0, b0, k0, c1, exit_, e1, b1, k1, _ = frag
         d = self._count - c0
         self._count += c1 - c0
         src = self._eps_src
@@ -584,8 +589,12 @@ class NFA:
     def _compute_need(self, max_depth: int) -> list[int]:
         """need[s]: least nesting budget with which s reaches its rule's end (see `grammars.need`).
 
-        Counter edges count as epsilon moves: a loop whose item can finish can
-        always run to its lower bound (the DFA checks that at the loop head).
+        A counter loop's item is a pseudo-rule (from the loop's body to the
+        state with its INC edge), and the loop head calls it like a subroutine,
+        returning to the loop's exit: the exit needs at least one iteration
+        when the lower bound is positive (the DFA checks the count itself);
+        with a lower bound of 0 the head also reaches the exit directly. ENTER
+        is an epsilon move; INC is not followed (the pseudo-rule ends there).
         """
         n = self.num_states
         ops = self._call_op
@@ -594,15 +603,24 @@ class NFA:
             # Thompson fragment state reaches its fragment's exit, hence its rule's end.
             return [0] * n
         src, dst = self._eps_src + self._byte_src, self._eps_dst + self._byte_dst
+        starts, ends = list(self.rule_start), list(self.rule_end)
+        item_end = {to: a for a, op, to in zip(self._call_src, ops, self._call_to) if op == INC}  # head -> item's end
         calls: tuple[list[int], ...] = ([], [], [], [])
-        for a, op, b, to, r in zip(self._call_src, ops, self._call_dst, self._call_to, self._call_rule):
-            if op <= FREE:
-                for col, v in zip(calls, (a, r, b, op == FREE)):
-                    col.append(v)
-            else:
-                src.append(a)
-                dst.append(to)
-                if op == HEAD:
+        for a, op, b, to, r, lo in zip(self._call_src, ops, self._call_dst, self._call_to, self._call_rule,
+                                       self._call_lo):
+            if op == HEAD:
+                r = len(starts)
+                starts.append(to)
+                ends.append(item_end[a])
+                if lo == 0:
                     src.append(a)
                     dst.append(b)
-        return compute_need(n, self.rule_start, self.rule_end, src, dst, *calls, max_depth=max_depth)
+            elif op == ENTER:
+                src.append(a)
+                dst.append(to)
+                continue
+            elif op == INC:
+                continue
+            for col, v in zip(calls, (a, r, b, op != REG)):
+                col.append(v)
+        return compute_need(n, starts, ends, src, dst, *calls, max_depth=max_depth)

@@ -38,6 +38,7 @@ def test_replay_and_fast_need_build_the_same_nfa(path: Path, monkeypatch: pytest
     g = _grammar(path)
     if g is None:
         pytest.skip("unsupported schema")
+    monkeypatch.setattr(NFA, "subroutines", False)       # without replay there is nothing to call
     fast = NFA(g, max_depth=g.info["max_depth"])
     monkeypatch.setattr(NFA, "replay", False)
     monkeypatch.setattr(NFA, "fast_need", False)
@@ -126,6 +127,7 @@ def test_shared_templates_build_the_same_nfa(monkeypatch: pytest.MonkeyPatch) ->
 
     g = json_schema_grammar({"type": "object", "properties": {"a": {"type": "string"}, "n": {"type": "number"}}})
     monkeypatch.setattr(nfa_module, "_TEMPLATES", {})
+    monkeypatch.setattr(NFA, "subroutines", False)
     cold = NFA(g, max_depth=g.info["max_depth"])       # records the templates
     assert nfa_module._TEMPLATES                         # whitespace, string chars, numbers are shared
     warm = NFA(g, max_depth=g.info["max_depth"])       # replays them

@@ -1,0 +1,166 @@
+"""Lazy compile: counter loops, subroutines, bounded work at compile time, deep schemas.
+
+Compile builds an NFA whose size follows the schema text, never the product of
+its bounds: counted repeats are counter loops whose values live in the lazy
+DFA's configurations, and large nodes used twice are subroutine calls.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from constrained.compile import clear_cache, compile_json_schema, compile_regex
+from constrained.dfa_jit import native_dfa_class
+from grammars.ast import Grammar, Node, Ref, alt, byteset, literal, repeat, seq
+from grammars.dfa import LazyDFA
+from grammars.errors import ConstraintError, StateBudgetError
+from grammars.json_schema import json_schema_grammar
+from grammars.nfa import NFA
+from grammars.regex import regex_grammar
+from tests.test_dfa import live_states, reference_match
+
+CORPUS = Path(__file__).resolve().parent.parent / "bench" / "corpus"
+DFA_CLASSES = [LazyDFA] + ([native_dfa_class()] if native_dfa_class() else [])
+
+
+def _counted(rng: random.Random, names: list[str], d: int) -> Node:
+    k = rng.randrange(6 if d < 3 else 2)
+    if k == 0:
+        return byteset(rng.sample(b"abc", rng.randint(1, 2)))
+    if k == 1:
+        return Ref(rng.choice(names)) if rng.random() < 0.5 else literal(b"a")
+    if k == 2:
+        return seq(*[_counted(rng, names, d + 1) for _ in range(rng.randint(1, 3))])
+    if k == 3:
+        return alt(*[_counted(rng, names, d + 1) for _ in range(rng.randint(1, 3))])
+    lo = rng.randint(0, 7)                       # past UNROLL_LIMIT: counter loops, possibly nullable items
+    return repeat(_counted(rng, names, d + 1), lo, rng.choice([None, lo, lo + 1, lo + 5]))
+
+
+@pytest.mark.parametrize("cls", DFA_CLASSES, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("seed", range(40))
+def test_counter_loops_match_the_reference_and_stay_live(seed: int, cls: type) -> None:
+    """Counted repeats (with rule calls inside and around them) vs the reference matcher; every state live."""
+    rng = random.Random(seed)
+    names = [f"r{i}" for i in range(rng.randint(1, 2))]
+    g = Grammar({n: _counted(rng, names, 0) for n in names}, start=names[0])
+    depth = rng.randint(0, 3)
+    dfa = cls(g, max_depth=depth, max_states=20000)
+    live, _ = live_states(dfa)
+    assert dfa.is_empty or live == set(range(dfa.num_states))
+    for _ in range(80):
+        data = bytes(rng.choice(b"abc") for _ in range(rng.randint(0, 14)))
+        assert dfa.matches(data) == reference_match(g, data, depth), data
+
+
+@pytest.mark.parametrize("cls", DFA_CLASSES, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("pattern", [r"a{5,7}", r"(ab){3,9}c", r"[0-9]{1,100}", r"x(a{2,3}){3,5}y", r"(a?){5,8}b",
+                                     r"((ab){2,6}c){1,8}", r"(a{10,}b){2,5}", r"[A-F0-9]{881}", r"(\d{1,3}\.){3}\d{1,3}"])
+def test_counted_regexes_agree_with_re(pattern: str, cls: type) -> None:
+    dfa = cls(regex_grammar(pattern))
+    rng = random.Random(pattern)
+    texts = ["a" * 5, "a" * 8, "ab" * 3 + "c", "1" * 100, "1" * 101, "A" * 881, "A" * 880, "a" * 10 + "b" + "a" * 12 + "b",
+             "xaaaaaaaay", "10.0.0.255", "1.2.3.4444"]
+    texts += ["".join(rng.choice("ab.c1") for _ in range(rng.randint(0, 20))) for _ in range(400)]
+    for text in texts:
+        assert dfa.matches(text.encode()) == (re.fullmatch(pattern, text) is not None), text
+
+
+def _compile_time_states(schema: dict) -> tuple[int, int]:
+    """(NFA states, DFA states) that compiling `schema` creates, before any token is generated."""
+    g = json_schema_grammar(schema)
+    dfa = LazyDFA(g, max_depth=g.info["max_depth"])
+    return dfa.nfa.num_states, dfa.num_states
+
+
+@pytest.mark.parametrize("make", [
+    lambda n: {"type": "string", "maxLength": n},
+    lambda n: {"type": "string", "minLength": n},
+    lambda n: {"type": "array", "items": {"type": "integer"}, "minItems": n},
+    lambda n: {"type": "array", "items": {"type": "object", "properties": {
+        "key": {"type": "string", "maxLength": n}, "type": {"type": "string", "maxLength": n}},
+        "additionalProperties": False}, "maxItems": n},
+    lambda n: {"type": "string", "pattern": f"^[A-F0-9]{{{n}}}$"},
+    lambda n: {"type": "string", "pattern": "^[a-z]+$", "maxLength": n},
+], ids=["maxLength", "minLength", "minItems", "objects_maxItems", "pattern_count", "pattern_maxLength"])
+def test_compile_work_does_not_grow_with_bounds(make) -> None:
+    """The automaton built at compile time is the same size whatever the bounds (issue: compile lazily)."""
+    sizes = {n: _compile_time_states(make(n)) for n in (10, 1000, 1_000_000)}
+    assert len(set(sizes.values())) == 1, sizes
+
+
+@pytest.mark.parametrize("pattern", [r"[a-z]{0,1000000}", r"(ab|c){10,100000}", r".{1000}"])
+def test_regex_compile_work_does_not_grow_with_bounds(pattern: str) -> None:
+    small = NFA(regex_grammar(re.sub(r"\d+", "7", pattern))).num_states
+    assert NFA(regex_grammar(pattern)).num_states == small
+
+
+@pytest.mark.parametrize("path", sorted(CORPUS.glob("*.json")), ids=lambda p: p.stem)
+def test_subroutines_keep_the_language(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large nodes built again are called, not copied; the language is the same."""
+    case = json.loads(path.read_text())
+    try:
+        g = json_schema_grammar(case["schema"], whitespace="compact")
+    except ConstraintError:
+        pytest.skip("unsupported schema")
+    called = LazyDFA(g, max_depth=g.info["max_depth"])
+    monkeypatch.setattr(NFA, "subroutines", False)
+    copied = LazyDFA(g, max_depth=g.info["max_depth"])
+    assert called.nfa.num_states <= copied.nfa.num_states
+    for t in case["tests"]:
+        text = json.dumps(t["data"], separators=(",", ":"), ensure_ascii=False).encode()
+        assert called.matches(text) == copied.matches(text) == t["valid"], text
+
+
+def _nested(depth: int) -> dict:
+    schema: dict = {"type": "integer"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"], "additionalProperties": False}
+    return schema
+
+
+def test_deep_nesting_compiles_without_recursion_error(vocabulary) -> None:
+    vocab = vocabulary("gpt-2")
+    clear_cache()
+    fsm = compile_json_schema(_nested(250), vocab, whitespace="compact")
+    text = '{"a":' * 250 + "7" + "}" * 250
+    guide = fsm.guide()
+    for tok in vocab_encode(vocab, text):
+        assert guide.advance(tok)
+    assert guide.is_finished() or guide.fsm.is_accepting(guide.state)
+
+
+def test_deep_ref_chain_compiles(vocabulary) -> None:
+    n = 400
+    defs = {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"} for i in range(n)}
+    defs[f"d{n}"] = {"type": "boolean"}
+    fsm = compile_json_schema({"$ref": "#/$defs/d0", "$defs": defs}, vocabulary("gpt-2"))
+    assert fsm.guide().allowed_token_ids().size > 0
+
+
+def test_state_budget_is_settable_and_names_the_limit(vocabulary) -> None:
+    vocab = vocabulary("gpt-2")
+    fsm = compile_regex(r"[a-z]{0,100000}", vocab, max_states=40)   # compiling is cheap ...
+    guide = fsm.guide()
+    with pytest.raises(StateBudgetError, match="40 states.*max_states"):   # ... generation reaches the limit
+        for _ in range(100):
+            ids = guide.allowed_token_ids()
+            guide.advance(int(ids[(ids != vocab.eos_token_ids[0])][0]))
+    with pytest.raises(ValueError, match="max_states"):
+        compile_regex("a", vocab, max_states=0)
+
+
+def vocab_encode(vocab, text: str) -> list[int]:
+    """Greedy longest-match token ids spelling `text` (any tokenization is a valid walk)."""
+    by_bytes = {b: i for i, b in enumerate(vocab.token_bytes) if b}
+    data, out = text.encode(), []
+    while data:
+        n = max(k for k in range(1, min(len(data), 32) + 1) if data[:k] in by_bytes)
+        out.append(by_bytes[data[:n]])
+        data = data[n:]
+    return out
