@@ -142,6 +142,7 @@ def json_char(ranges: Iterable[tuple[int, int]]) -> Node:
 
 
 ANY_CHAR: Node = json_char(ALL_CODEPOINTS)
+NON_ASCII_CHAR: Node = json_char(((0x80, MAX_CODEPOINT),))
 
 
 def any_string_body(min_length: int = 0, max_length: int | None = None) -> Node:
@@ -190,8 +191,13 @@ def _inside(trie: dict) -> Node:
 
 def _exits(trie: dict) -> Node:
     children = sorted(cp for cp, _ in _children(trie))
-    others = _minus(ALL_CODEPOINTS, children)
-    parts = [json_char(others)] if others else []
+    if children and children[-1] < 0x80:
+        # names are mostly ASCII: "any other character" is the one shared non-ASCII node
+        # (a subroutine of the NFA) plus a small ASCII class, not a new class per trie node
+        parts = [NON_ASCII_CHAR, json_char(_minus(((0, 0x7F),), children))]
+    else:
+        others = _minus(ALL_CODEPOINTS, children)
+        parts = [json_char(others)] if others else []
     parts += [seq(json_char(((cp, cp),)), _exits(sub)) for cp, sub in sorted(_children(trie))]
     return alt(*parts)
 

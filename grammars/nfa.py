@@ -61,11 +61,11 @@ __all__ = ["NFA", "NFAArrays", "INF", "gc_paused", "share", "REG", "FREE", "ENTE
 # holding 0, go to the loop head; HEAD: count < hi: enter the item, count >= lo:
 # pop the frame and go to the loop exit (`call_dst`); INC: count + 1, back to the head.
 REG, FREE, ENTER, HEAD, INC = range(5)
-# A repeat is copied when its bound is at most this (a byte class: 64); else a counter loop.
+# A repeat is copied when its bound is at most this (a byte class: 8); else a counter loop.
 UNROLL_LIMIT = 4
-_BYTE_UNROLL_LIMIT = 64
+_BYTE_UNROLL_LIMIT = 8
 # A node built again whose fragment has at least this many states becomes a subroutine.
-SUBROUTINE_MIN = 48
+SUBROUTINE_MIN = 16
 
 
 
@@ -217,15 +217,19 @@ class NFA:
         self._call_lo: list[int] = []
         self._call_hi: list[int] = []
         self._subs: dict[Node, int] = {}     # node -> its subroutine's rule index
+        self._pending: list[tuple[int, tuple[int, ...]]] = []   # subroutine bodies to make
         # node -> (entry, first state, end state, exit, edge offsets) of its first build
         self._frags: dict[Node, tuple[int, ...]] = {}
         self._dead = False  # built a NOTHING (some states may not reach their rule's end)
         # grammar rules first; subroutines are appended while building them
         self.rule_start: list[int] = [-1] * len(names)
         self.rule_end: list[int] = [-1] * len(names)
-        for i, name in enumerate(names[:]):
+        for i, name in enumerate(names):
             self.rule_start[i] = start = self._new()
             self.rule_end[i] = self._build(grammar.rules[name], start)
+        for rule, frag in self._pending:      # subroutine bodies: copies, which make no new subroutines
+            self.rule_start[rule] = start = self._new()
+            self.rule_end[rule] = self._copy(frag, start)
         self._masks = frozenset(self._mask_id)
         self.is_end: list[bool] = [False] * self._count
         for end in self.rule_end:
@@ -235,7 +239,7 @@ class NFA:
         self.arrays = self._csr()
         del self._frags, self._dead, self._mask_id, self._eps_src, self._eps_dst, self._byte_src, self._byte_mask, self._byte_dst
         del self._call_src, self._call_rule, self._call_dst, self._call_op, self._call_to, self._call_lo, self._call_hi
-        del self._subs
+        del self._subs, self._pending
 
     def _csr(self) -> "NFAArrays":
         """The flat edge columns grouped per source state, in numpy (order kept)."""
@@ -332,12 +336,11 @@ class NFA:
             self._call(s, REG, t, rule=self.rule_index[node.name])
             return t
         frag = self._frags.get(node) if self.replay else None
-        if frag is not None and frag[10]:
+        if frag is not None:
             if frag[5] - frag[1] < SUBROUTINE_MIN or not self.subroutines:
                 return self._copy(frag, s)
             return self._subroutine(node, frag, s)
         mark = (s, self._count, len(self._eps_src), len(self._byte_src), len(self._call_src))
-        rules = len(self.rule_start)
         if self.replay and id(node) in _SHARED:
             t = self._build_shared(node, s)
         elif kind is Seq:
@@ -351,10 +354,7 @@ class NFA:
             t = self._build_repeat(node, s)
         else:
             raise TypeError(f"not a grammar node: {node!r}")
-        # a subroutine made meanwhile lies inside this range: copies would carry a dead copy of
-        # its body, so such a fragment ("impure") is built afresh next time, then recorded pure
-        pure = len(self.rule_start) == rules
-        self._frags[node] = (*mark, self._count, t, len(self._eps_src), len(self._byte_src), len(self._call_src), pure)
+        self._frags[node] = (*mark, self._count, t, len(self._eps_src), len(self._byte_src), len(self._call_src))
         return t
 
     def _call(self, s: int, op: int, dst: int, *, rule: int = -1, to: int = -1, lo: int = 0, hi: int = -1) -> None:
@@ -368,14 +368,19 @@ class NFA:
         self._call_hi.append(hi)
 
     def _subroutine(self, node: Node, frag: tuple[int, ...], s: int) -> int:
-        """A FREE call from `s` to the subroutine of `node` (made from its recorded fragment on first use)."""
+        """A FREE call from `s` to the subroutine of `node`.
+
+        Its body, a copy of the recorded fragment, is made after the grammar's
+        rules (`_pending`): made now, it would lie inside the fragment being
+        built, whose later copies would carry a dead copy of it.
+        """
         rule = self._subs.get(node)
         if rule is None:
             rule = self._subs[node] = len(self.rule_start)
             self.rule_names.append(f"sub:{rule}")
-            start = self._new()
-            self.rule_start.append(start)
-            self.rule_end.append(self._copy(frag, start))
+            self.rule_start.append(-1)
+            self.rule_end.append(-1)
+            self._pending.append((rule, frag))
         t = self._new()
         self._call(s, FREE, t, rule=rule)
         return t
@@ -425,7 +430,7 @@ class NFA:
         the slices [e0, e1) of the columns; only its entry lies outside the
         range, and no edge enters it.
         """
-        entry, c0, e0, b0, k0, c1, exit_, e1, b1, k1, _ = frag
+        entry, c0, e0, b0, k0, c1, exit_, e1, b1, k1 = frag
         d = self._count - c0
         self._count += c1 - c0
         src = self._eps_src
