@@ -70,6 +70,15 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--jsonl", help="write the JSON lines here instead of stdout")
     m.set_defaults(run=_run_masks)
 
+    r = sub.add_parser("regex", help="the masks suite on the real-world `pattern` regexes of a corpus (full match)")
+    r.add_argument("--corpus", required=True, help="MaskBench-style folder whose schemas' patterns to use "
+                   "(e.g. ../shared/corpus/maskbench-dev)")
+    r.add_argument("--limit", type=int, help="only the first N patterns (sorted)")
+    for action in m._actions:
+        if action.dest in ("tokenizer", "engines", "time_limit", "order", "mem_limit_gb", "isolation", "jsonl"):
+            r._add_action(action)
+    r.set_defaults(run=_run_masks, styles=["compact"], schemas=None, quick=False)
+
     d = sub.add_parser("decode", help="tokens/s constrained vs unconstrained (MLX, HF)")
     d.add_argument("--model", help="local model directory (default: the tiny random llama, llama-bpe vocab)")
     d.add_argument("--backends", nargs="+", default=["mlx", "hf"], choices=["mlx", "hf"])
@@ -136,14 +145,20 @@ def _run_masks(args: argparse.Namespace, emit: Callable[[dict], None], say: Call
     from constrained.gguf_tokenizers import hf_tokenizer
     from constrained.vocab import Vocabulary
 
-    names = args.schemas or (list(QUICK) if args.quick else None)
-    cases = load_corpus(args.corpus or DEFAULT_CORPUS, names)
+    if args.suite == "regex":
+        from bench.regex_corpus import regex_cases
+
+        cases = regex_cases(args.corpus, args.limit)
+    else:
+        names = args.schemas or (list(QUICK) if args.quick else None)
+        cases = load_corpus(args.corpus or DEFAULT_CORPUS, names)
     t0 = time.perf_counter()
     tok = hf_tokenizer(args.tokenizer)
     vocab = Vocabulary.from_tokenizer(tok)
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     engines = setup_engines(args.engines, tok, vocab, log)
-    header = {"suite": "masks", "event": "setup", "tokenizer": args.tokenizer, "vocab_size": vocab.size,
+    header = {"suite": args.suite, "event": "setup", "corpus": str(args.corpus or DEFAULT_CORPUS),
+              "tokenizer": args.tokenizer, "vocab_size": vocab.size,
               "machine": machine(), "styles": {s: repr(STYLES[s]) for s in args.styles},
               "time_limit_s": args.time_limit, "mem_limit_gb": args.mem_limit_gb, "isolation": args.isolation,
               "order": args.order,
@@ -153,9 +168,14 @@ def _run_masks(args: argparse.Namespace, emit: Callable[[dict], None], say: Call
     records = run_masks(cases, engines, tok, vocab, args.styles, time_limit=args.time_limit,
                         mem_limit=int(args.mem_limit_gb * (1 << 30)), emit=emit, isolation=args.isolation,
                         order=args.order, log=log)
-    say(f"\n## masks: {len(cases)} schemas, tokenizer {args.tokenizer} ({vocab.size} tokens), {machine()}")
-    say("styles: " + "; ".join(f"{s} = json.dumps(**{STYLES[s]!r})" for s in args.styles)
-        + "; object members in schema order")
+    what = "regexes (full match, oracle: Python re)" if args.suite == "regex" else "schemas"
+    say(f"\n## {args.suite}: {len(cases)} {what} from {args.corpus or 'bench/corpus'}, tokenizer {args.tokenizer} "
+        f"({vocab.size} tokens), {machine()}")
+    if args.suite == "regex":
+        say("texts: as they are (corpus strings and hypothesis-generated ones), EOS after the last token")
+    else:
+        say("styles: " + "; ".join(f"{s} = json.dumps(**{STYLES[s]!r})" for s in args.styles)
+            + "; object members in schema order")
     for name, info in engines.items():
         if "engine" in info:
             say(f"- {name}: {info['engine'].settings}")

@@ -5,7 +5,8 @@ Each `Engine` has three phases, timed separately by the `masks` suite:
 - `setup(tokenizer)`: per-vocabulary work (our `VocabIndex`, llguidance's
   `LLTokenizer`, xgrammar's `TokenizerInfo`, outlines-core's `Vocabulary`),
   done once in the parent process before any case runs;
-- `compile(schema)`: per-schema work (raises on an unsupported schema);
+- `compile(schema)`: per-schema work (raises on an unsupported schema); a
+  `bench.regex_corpus.Regex` instead of a schema is a full-match regex;
 - `matcher(compiled)`: a fresh cursor with `fill(buf)` (the full packed int32
   mask, xgrammar's layout: bit i of word i // 32) and `accept(token) -> bool`.
 
@@ -25,6 +26,8 @@ import json
 from typing import Any, Callable
 
 import numpy as np
+
+from bench.regex_corpus import Regex
 
 __all__ = ["Engine", "ENGINES", "available", "PEER_PACKAGES"]
 
@@ -86,10 +89,12 @@ class Ours(Engine):
         clear_cache()
 
     def compile(self, schema: Any) -> Any:
-        from constrained.compile import compile_json_schema
+        from constrained.compile import compile_json_schema, compile_regex
         from grammars.errors import ConstraintError
 
         try:
+            if isinstance(schema, Regex):
+                return compile_regex(schema, self.vocab)
             return compile_json_schema(schema, self.vocab)
         except ConstraintError as e:
             raise Unsupported(f"{type(e).__name__}: {e}") from None
@@ -121,7 +126,10 @@ class LLGuidance(Engine):
     def compile(self, schema: Any) -> Any:
         import llguidance
 
-        grammar = llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema))
+        if isinstance(schema, Regex):
+            grammar = llguidance.LLMatcher.grammar_from_regex(schema)
+        else:
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema))
         m = llguidance.LLMatcher(self.tok, grammar)
         if m.is_error():
             raise Unsupported(m.get_error())
@@ -157,6 +165,8 @@ class XGrammar(Engine):
 
     def compile(self, schema: Any) -> Any:
         try:
+            if isinstance(schema, Regex):
+                return self.compiler.compile_regex(str(schema))
             return self.compiler.compile_json_schema(json.dumps(schema))
         except (RuntimeError, ValueError, TypeError) as e:
             raise Unsupported(f"{type(e).__name__}: {e}") from None
@@ -196,7 +206,7 @@ class OutlinesCore(Engine):
         from outlines_core.json_schema import build_regex_from_schema
 
         try:
-            regex = build_regex_from_schema(json.dumps(schema))
+            regex = str(schema) if isinstance(schema, Regex) else build_regex_from_schema(json.dumps(schema))
             return outlines_core.Index(regex, self.vocab)
         except (ValueError, TypeError, RuntimeError) as e:
             raise Unsupported(f"{type(e).__name__}: {e}") from None

@@ -75,10 +75,12 @@ def encode_exact(tokenizer: Any, token_bytes: Any, text: str) -> list[int] | Non
 
 def prepare_walks(case: Case, tokenizer: Any, token_bytes: Any, styles: list[str]) -> tuple[list[Walk], list[str]]:
     """Tokenize every test of `case` in every style; returns (walks, problems)."""
+    from bench.regex_corpus import Regex
+
     walks, problems = [], []
     for i, t in enumerate(case.tests):
-        for style in styles:
-            text = json.dumps(t["data"], **STYLES[style])
+        for style in (["raw"] if isinstance(case.schema, Regex) else styles):   # a regex's text is the data itself
+            text = t["data"] if style == "raw" else json.dumps(t["data"], **STYLES[style])
             ids = encode_exact(tokenizer, token_bytes, text)
             if ids is None:
                 problems.append(f"test {i} ({style}) does not tokenize back to its text")

@@ -168,8 +168,10 @@ class JitDFA(LazyDFA):
 
     def _grow(self, status: int) -> None:
         k = self._k
-        if status == k.BUDGET:
-            raise StateBudgetError(self.max_states, "DFA")
+        if status == k.BUDGET:                  # name the part of the constraint the newest state is in
+            last = int(self._counts[0]) - 1
+            raise self._budget_error(self._cfg_data[self._cfg_ptr[last]:self._cfg_ptr[last + 1]].tolist()
+                                     if last >= 0 else [])
         if status == k.GROW_STATES:
             cap = 2 * len(self._table)
             table = np.full((cap, self.num_classes), UNEXPANDED, dtype=np.int32)
@@ -196,6 +198,9 @@ class JitDFA(LazyDFA):
         else:
             raise RuntimeError(f"unknown DFA kernel status {status}")
         self._pack()
+
+    def _frame(self, k: int) -> tuple[int, int]:
+        return int(self._stk_ret[k]), int(self._stk_parent[k])
 
     def _rehashed(self, keys: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         new_keys = np.zeros(4 * len(keys), dtype=keys.dtype)

@@ -311,7 +311,7 @@ class LazyDFA:
             return sid
         sid = len(self._configs)
         if sid >= self.max_states:
-            raise StateBudgetError(self.max_states, "DFA")
+            raise self._budget_error(configs)
         self._ids[configs] = sid
         self._configs.append(configs)
         self._rows.append(None)
@@ -319,6 +319,24 @@ class LazyDFA:
             self._grow()
         self._accepting[sid] = _ACCEPT in configs
         return sid
+
+    def _frame(self, k: int) -> tuple[int, int]:
+        """(frame, parent) of stack `k` (see `_stacks`)."""
+        return self._stacks[k]
+
+    def _budget_error(self, configs: Iterable[int]) -> StateBudgetError:
+        """The state budget error, naming the part of the constraint that `configs` are in."""
+        n, states = self._n, []
+        for cfg in list(configs)[:64]:
+            if cfg < 0:
+                continue
+            k, s = divmod(int(cfg), n)
+            states.append(s)
+            while k > 0:                          # and the calls they return to
+                frame, k = self._frame(k)
+                if frame >= 0:
+                    states.append(frame)
+        return StateBudgetError(self.max_states, "the automaton", where=self.nfa.origin(states))
 
     def _grow(self) -> None:
         cap = 2 * len(self._accepting)

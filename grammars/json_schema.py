@@ -60,7 +60,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from grammars.ast import NOTHING, Grammar, Node, Ref, alt, literal, optional, plus, seq, star
+from grammars.ast import NOTHING, Alt, Grammar, Node, Ref, Repeat, Seq, alt, literal, optional, plus, seq, star
 from grammars.errors import InvalidSchemaError, RegexSyntaxError, UnsupportedRegexError, UnsupportedSchemaError
 from grammars.json_checks import check_schema
 from grammars.json_formats import format_node
@@ -116,7 +116,7 @@ def json_schema_grammar(
                  allow_approximate=allow_approximate)
     body = c.root_node()
     rules = {"start": seq(c.ws.around, body, c.ws.around), **c.rules}
-    info = {"max_depth": max_recursion_depth + max_any_depth + 1, "whitespace": policy,
+    info = {"max_depth": max_recursion_depth + max_any_depth + 1, "whitespace": policy, "labels": c.labels,
             "max_recursion_depth": max_recursion_depth, "max_any_depth": max_any_depth}
     return Grammar(rules, "start", info)
 
@@ -145,6 +145,8 @@ class Compiler:
         self._matchers: dict[str, Any] = {}
         self.budget = DEFAULT_SIZE_BUDGET
         self._acceptors: dict[int, tuple[Any, Any]] = {}
+        # id(node) -> (node, JSON path): where each part of the grammar comes from (see `grammars.nfa`)
+        self.labels: dict[int, tuple[Node, str]] = {}
 
     # -- entry points -----------------------------------------------------------
 
@@ -152,7 +154,15 @@ class Compiler:
         return self._target(self.root, self.resolver.base, "$")
 
     def node(self, s: Any, path: str, base: str) -> Node:
-        """The node of JSON texts valid under the subschema `s` (at `path`)."""
+        """The node of JSON texts valid under the subschema `s` (at `path`), labeled with its path."""
+        out = self._node(s, path, base)
+        # parents flatten sequences (`seq`), so a sequence's own items are labeled too
+        for part in (out, *(out.items if type(out) is Seq else ())):
+            if type(part) in (Seq, Alt, Repeat) and id(part) not in self.labels:
+                self.labels[id(part)] = (part, path)   # the node is kept alive, so its id stays unique
+        return out
+
+    def _node(self, s: Any, path: str, base: str) -> Node:
         if s is True:
             return self.any()
         if s is False:

@@ -217,7 +217,10 @@ class NFA:
         self._call_lo: list[int] = []
         self._call_hi: list[int] = []
         self._subs: dict[Node, int] = {}     # node -> its subroutine's rule index
-        self._pending: list[tuple[int, tuple[int, ...]]] = []   # subroutine bodies to make
+        self._pending: list[tuple[int, tuple[int, ...], Node]] = []   # subroutine bodies to make
+        self._labels: dict[int, tuple[Node, str]] = dict(grammar.info.get("labels") or {})
+        # (first state, end state, label): the states each labeled node built (see `origin`)
+        self.origins: list[tuple[int, int, str]] = []
         # node -> (entry, first state, end state, exit, edge offsets) of its first build
         self._frags: dict[Node, tuple[int, ...]] = {}
         self._dead = False  # built a NOTHING (some states may not reach their rule's end)
@@ -227,9 +230,11 @@ class NFA:
         for i, name in enumerate(names):
             self.rule_start[i] = start = self._new()
             self.rule_end[i] = self._build(grammar.rules[name], start)
-        for rule, frag in self._pending:      # subroutine bodies: copies, which make no new subroutines
+        for rule, frag, node in self._pending:      # subroutine bodies: copies, which make no new subroutines
             self.rule_start[rule] = start = self._new()
             self.rule_end[rule] = self._copy(frag, start)
+            if id(node) in self._labels:
+                self.origins.append((start, self._count, self._labels[id(node)][1]))
         self._masks = frozenset(self._mask_id)
         self.is_end: list[bool] = [False] * self._count
         for end in self.rule_end:
@@ -239,7 +244,7 @@ class NFA:
         self.arrays = self._csr()
         del self._frags, self._dead, self._mask_id, self._eps_src, self._eps_dst, self._byte_src, self._byte_mask, self._byte_dst
         del self._call_src, self._call_rule, self._call_dst, self._call_op, self._call_to, self._call_lo, self._call_hi
-        del self._subs, self._pending
+        del self._subs, self._pending, self._labels
 
     def _csr(self) -> "NFAArrays":
         """The flat edge columns grouped per source state, in numpy (order kept)."""
@@ -309,6 +314,16 @@ class NFA:
             seen.add(s)
         return s
 
+    def origin(self, states: list[int]) -> str | None:
+        """The label (JSON path, regex) of the innermost labeled node that built one of
+        `states`, the deepest of them; None if none is labeled. For error messages only."""
+        best: tuple[int, str] | None = None
+        for s in states:
+            inner = min(((b - a, lab) for a, b, lab in self.origins if a <= s < b), default=None)
+            if inner is not None and (best is None or len(inner[1]) > len(best[1])):
+                best = inner
+        return None if best is None else best[1]
+
     def masks(self) -> set[int]:
         """All distinct byte masks on edges (they define the byte classes)."""
         return set(self._masks)
@@ -335,6 +350,16 @@ class NFA:
             t = self._new()
             self._call(s, REG, t, rule=self.rule_index[node.name])
             return t
+        label = self._labels.get(id(node))
+        if label is not None:
+            c0 = self._count
+            t = self._build_node(node, s)
+            self.origins.append((c0, self._count, label[1]))
+            return t
+        return self._build_node(node, s)
+
+    def _build_node(self, node: Node, s: int) -> int:
+        kind = type(node)
         frag = self._frags.get(node) if self.replay else None
         if frag is not None:
             if frag[5] - frag[1] < SUBROUTINE_MIN or not self.subroutines:
@@ -380,7 +405,7 @@ class NFA:
             self.rule_names.append(f"sub:{rule}")
             self.rule_start.append(-1)
             self.rule_end.append(-1)
-            self._pending.append((rule, frag))
+            self._pending.append((rule, frag, node))
         t = self._new()
         self._call(s, FREE, t, rule=rule)
         return t

@@ -80,7 +80,8 @@ def regex_grammar(pattern: str, *, flags: int = 0) -> Grammar:
         >>> regex_grammar("ab?").start
         'start'
     """
-    return Grammar({"start": regex_node(pattern, flags=flags)})
+    node = regex_node(pattern, flags=flags)
+    return Grammar({"start": node}, info={"labels": {id(node): (node, f"regex {pattern!r}")}})
 
 
 def regex_node(

@@ -159,7 +159,7 @@ def test_state_budget_is_settable_and_names_the_limit(vocabulary) -> None:
     vocab = vocabulary("gpt-2")
     fsm = compile_regex(r"[a-z]{0,100000}", vocab, max_states=40)   # compiling is cheap ...
     guide = fsm.guide()
-    with pytest.raises(StateBudgetError, match="40 states.*max_states"):   # ... generation reaches the limit
+    with pytest.raises(StateBudgetError, match=r"40 states \(growing at regex .*max_states"):  # ... generation grows
         for _ in range(100):
             ids = guide.allowed_token_ids()
             guide.advance(int(ids[(ids != vocab.eos_token_ids[0])][0]))
@@ -176,3 +176,16 @@ def vocab_encode(vocab, text: str) -> list[int]:
         out.append(by_bytes[data[:n]])
         data = data[n:]
     return out
+
+
+def test_state_budget_error_names_the_json_path(hf_tok) -> None:
+    tok = hf_tok("gpt-2")
+    from constrained.vocab import Vocabulary
+
+    vocab = Vocabulary.from_tokenizer(tok)
+    schema = {"type": "object", "properties": {"id": {"type": "integer"}, "name": {"type": "string", "maxLength": 10**5}},
+              "required": ["name"]}
+    guide = compile_json_schema(schema, vocab, max_states=80, whitespace="compact").guide()
+    with pytest.raises(StateBudgetError, match=r"more than 80 states \(growing at \$\.properties\.name\)"):
+        for t in tok.encode('{"name":"' + "hello world " * 200, add_special_tokens=False):
+            assert guide.advance(t)
