@@ -80,6 +80,8 @@ __all__ = ["json_schema_grammar", "load_schema", "WhitespacePolicy", "Compiler"]
 
 _NUMERIC = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
 _NUMBER_ENUM_LIMIT = 1024
+# Subschemas nested deeper than this are refused (deeper recursion runs on a big stack, `grammars.deep`).
+MAX_NESTING = 2000
 
 
 def json_schema_grammar(
@@ -147,6 +149,7 @@ class Compiler:
         self._acceptors: dict[int, tuple[Any, Any]] = {}
         # id(node) -> (node, JSON path): where each part of the grammar comes from (see `grammars.nfa`)
         self.labels: dict[int, tuple[Node, str]] = {}
+        self._depth = 0                          # nesting of `node` calls (see MAX_NESTING)
 
     # -- entry points -----------------------------------------------------------
 
@@ -155,7 +158,16 @@ class Compiler:
 
     def node(self, s: Any, path: str, base: str) -> Node:
         """The node of JSON texts valid under the subschema `s` (at `path`), labeled with its path."""
-        out = self._node(s, path, base)
+        if self._depth >= MAX_NESTING:
+            where = path if len(path) <= 160 else f"{path[:80]}...{path[-60:]}"
+            raise UnsupportedSchemaError("$ref", where, f"the schema nests more than {MAX_NESTING} levels here; a "
+                                         "recursive $ref merged with other keywords (allOf, siblings) would unroll "
+                                         "without end")
+        self._depth += 1
+        try:
+            out = self._node(s, path, base)
+        finally:
+            self._depth -= 1
         # parents flatten sequences (`seq`), so a sequence's own items are labeled too
         for part in (out, *(out.items if type(out) is Seq else ())):
             if type(part) in (Seq, Alt, Repeat) and id(part) not in self.labels:
@@ -177,6 +189,10 @@ class Compiler:
                 return self.ref(s["$ref"], path, base)
             s = self.flatten(s, path, base)
         if isinstance(s, dict) and "allOf" in s:
+            branches = s["allOf"]
+            if isinstance(branches, list) and len(branches) == 1 and all(k in ANNOTATIONS for k in s if k != "allOf"):
+                # `allOf: [x]` is x: compiled as such, a `$ref` in it stays a (possibly recursive) rule
+                return self.node(branches[0], f"{path}.allOf[0]", base)
             s = self.flatten(s, path, base)
         if not isinstance(s, dict):
             return self.node(s, path, base)

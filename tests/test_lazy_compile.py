@@ -189,3 +189,21 @@ def test_state_budget_error_names_the_json_path(hf_tok) -> None:
     with pytest.raises(StateBudgetError, match=r"more than 80 states \(growing at \$\.properties\.name\)"):
         for t in tok.encode('{"name":"' + "hello world " * 200, add_special_tokens=False):
             assert guide.advance(t)
+
+
+def test_recursion_through_a_one_branch_allof_is_a_rule() -> None:
+    """`items: {allOf: [{$ref: <self>}]}` (real-world menus) compiles as recursion, not an endless merge."""
+    item = {"type": "object", "properties": {"label": {"type": "string"},
+                                             "children": {"type": "array", "items": {"allOf": [{"$ref": "#/$defs/m"}]}}},
+            "required": ["label"], "additionalProperties": False}
+    g = json_schema_grammar({"$defs": {"m": item}, "$ref": "#/$defs/m"}, whitespace="compact")
+    dfa = LazyDFA(g, max_depth=g.info["max_depth"])
+    assert dfa.matches(b'{"label":"a","children":[{"label":"b","children":[{"label":"c"}]}]}')
+    assert not dfa.matches(b'{"label":"a","children":[{"children":[]}]}')
+
+
+def test_recursion_through_a_merge_is_refused_with_the_path(vocabulary) -> None:
+    schema = {"definitions": {"n": {"type": "object", "properties": {
+        "c": {"allOf": [{"$ref": "#/definitions/n"}, {"minProperties": 0}]}}}}, "$ref": "#/definitions/n"}
+    with pytest.raises(ConstraintError, match=r"\$\.definitions\.n\.properties\.c.*nests more than \d+ levels"):
+        compile_json_schema(schema, vocabulary("gpt-2"))
