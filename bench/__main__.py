@@ -187,7 +187,7 @@ def _run_masks(args: argparse.Namespace, emit: Callable[[dict], None], say: Call
     say(masks_summary(records, engines))
     say("\nHead to head (ratios < 1: ours is faster):\n")
     say(masks_head_to_head(records))
-    say("\nFailures and disagreements with jsonschema:\n")
+    say("\nFailures and disagreements with " + ("Python's re" if args.suite == "regex" else "jsonschema") + ":\n")
     say(masks_disagreements(records))
     return 0
 

@@ -208,7 +208,18 @@ def _run_case(send: Callable[[dict], None], engine: Engine, schema: Any, walks: 
         _walk_all(send, engine, compiled, m, buf, walks, eos)
     finally:
         # what the schema cost in memory once every test was walked (its visited states included)
-        send({"event": "memory", "rss_growth": _rss_bytes() - rss0, "held": engine.held_bytes(compiled)})
+        send({"event": "memory", "rss_growth": _rss_bytes() - rss0, "held": engine.held_bytes(compiled),
+              "peak": _peak_rss_bytes()})
+
+
+def _peak_rss_bytes() -> int:
+    """This worker's peak resident set size so far (Linux VmHWM; 0 elsewhere)."""
+    try:
+        with open("/proc/self/status") as f:
+            line = next(x for x in f if x.startswith("VmHWM:"))
+        return int(line.split()[1]) * 1024
+    except (OSError, ValueError, StopIteration):
+        return 0
 
 
 def _rss_bytes() -> int:
@@ -269,6 +280,8 @@ def case_record(engine: str, case: Case, walks: list[Walk], outcome: Any,
         "late_failure": outcome.status if comp and outcome.status != "ok" else "",
         "rss_growth_mb": round(mem["rss_growth"] / 2**20, 2) if "rss_growth" in mem else None,
         "held_mb": round(mem["held"] / 2**20, 3) if mem.get("held") is not None else None,
+        "peak_rss_mb": round(mem["peak"] / 2**20, 1) if mem.get("peak") else None,
+        "tbm_max_us": _us(max(mask_ns)) if mask_ns else None,
         "wall_s": round(outcome.wall_s, 3),
     }
     by_key = {(w.test, w.style): w for w in walks}

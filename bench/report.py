@@ -34,9 +34,9 @@ def _r(x: float | None, nd: int = 1) -> float | None:
 
 def masks_summary(records: list[dict], engines: dict[str, dict]) -> str:
     """Per-engine totals: compile failures by kind, TTFM, TBM, valid rejected, invalid accepted."""
-    header = ["engine", "vocab setup s", "schemas ok", "unsupported", "timeout", "oom", "crash", "TTFM mean ms",
-              "TTFM p50 ms", "TBM mean µs", "TBM p50 µs", "TBM p99 µs", "RSS growth MB p50 / max", "valid rejected",
-              "invalid accepted", "all tests pass"]
+    header = ["engine", "vocab setup s", "schemas ok", "unsupported", "timeout", "oom", "crash",
+              "TTFM ms p50 / p90 / p99 / max", "TBM µs mean / p50 / p99 / max", "RSS growth MB p50 / max",
+              "peak RSS MB", "valid rejected", "invalid accepted", "all tests pass"]
     rows = []
     for name, info in engines.items():
         if "engine" not in info:
@@ -54,13 +54,15 @@ def masks_summary(records: list[dict], engines: dict[str, dict]) -> str:
         passing = sum(1 for r in ok if not r["late_failure"] and r["walks_done"] == r["walks"]
                       and not (r["valid_rejected"] or r["invalid_accepted"] or r["walk_errors"]))
         growth = [r["rss_growth_mb"] for r in ok if r.get("rss_growth_mb") is not None]
+        peak = [r["peak_rss_mb"] for r in recs if r.get("peak_rss_mb") is not None]
         rows.append([
             f"{name} {info['version']}", info["setup_s"], f"{len(ok)}/{len(recs)}", fails["unsupported"], fails["timeout"],
-            fails["oom"], fails["crash"], _r(np.mean(ttfm)) if ttfm else None,
-            _r(np.median(ttfm)) if ttfm else None,
-            _r(pooled.mean()) if pooled.size else None, _r(np.percentile(pooled, 50)) if pooled.size else None,
-            _r(np.percentile(pooled, 99)) if pooled.size else None,
+            fails["oom"], fails["crash"],
+            " / ".join(str(_r(np.percentile(ttfm, q), 2 if q == 50 else 1)) for q in (50, 90, 99, 100)) if ttfm else None,
+            (f"{_r(pooled.mean())} / " + " / ".join(str(_r(np.percentile(pooled, q))) for q in (50, 99, 100)))
+            if pooled.size else None,
             f"{_r(np.median(growth))} / {_r(max(growth))}" if growth else None,
+            _r(max(peak), 0) if peak else None,
             f"{vr}/{vt}", f"{ia}/{it}", f"{passing}/{len(recs)}",
         ])
     return table(header, rows)

@@ -49,40 +49,42 @@ def compute_need(n: int, rule_start: Sequence[int], rule_end: Sequence[int], edg
         rev_call.setdefault(t, []).append((p, r, f))
         (free_sites if f else sites)[r].append((p, t))
     need = [INF] * n
-    active = [False] * len(rule_start)        # rule calls usable at this level
-    free_active = [False] * len(rule_start)   # subroutine calls usable at this level
-    frontier = list(rule_end)
-    for e in frontier:
-        need[e] = 0
+    active = [False] * len(rule_start)        # rule calls usable (from the level after their start settles)
+    free_active = [False] * len(rule_start)   # subroutine calls usable (from the level their start settles)
+    starts_of: dict[int, list[int]] = {}
+    for r, st in enumerate(rule_start):
+        starts_of.setdefault(st, []).append(r)
+    frontier = []
+    for e in rule_end:
+        if need[e] == INF:
+            need[e] = 0
+            frontier.append(e)
+    settled: list[int] = []                   # rules whose start settled at this level
     d = 0
     while True:
-        while True:
-            while frontier:
-                u = frontier.pop()
-                for p in rev[off_l[u]:off_l[u + 1]]:
-                    if need[p] == INF:
+        while frontier:
+            u = frontier.pop()
+            for r in starts_of.get(u, ()):
+                # a rule's start settled: its subroutine calls finish at this same level
+                settled.append(r)
+                free_active[r] = True
+                for p, t in free_sites[r]:
+                    if need[t] != INF and need[p] == INF:
                         need[p] = d
                         frontier.append(p)
-                for p, r, f in rev_call.get(u, ()):
-                    if (free_active[r] if f else active[r]) and need[p] == INF:
-                        need[p] = d
-                        frontier.append(p)
-            # subroutines whose start now finishes within d are usable at level d itself
-            for r, st in enumerate(rule_start):
-                if not free_active[r] and need[st] <= d:
-                    free_active[r] = True
-                    for p, t in free_sites[r]:
-                        if need[t] != INF and need[p] == INF:
-                            need[p] = d
-                            frontier.append(p)
-            if not frontier:
-                break
-        if d >= max_depth:
+            for p in rev[off_l[u]:off_l[u + 1]]:
+                if need[p] == INF:
+                    need[p] = d
+                    frontier.append(p)
+            for p, r, f in rev_call.get(u, ()):
+                if (free_active[r] if f else active[r]) and need[p] == INF:
+                    need[p] = d
+                    frontier.append(p)
+        newly = [r for r in settled if not active[r]]
+        settled = []
+        if d >= max_depth or not newly:
             return need
-        newly = [r for r, st in enumerate(rule_start) if not active[r] and need[st] <= d]
-        if not newly:
-            return need
-        d += 1
+        d += 1                                # rule calls into the rules that settled cost one more level
         for r in newly:
             active[r] = True
             for p, t in sites[r]:
