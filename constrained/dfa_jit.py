@@ -50,19 +50,22 @@ def load_kernels() -> Any:
         if not _loaded:
             if os.environ.get("CONSTRAINED_JIT", "1") != "0":
                 try:
-                    from constrained import dfa_kernels, walk_kernels
+                    from constrained import dfa_kernels, need_kernel, walk_kernels
                     _kernels = SimpleNamespace(**{name: getattr(module, name) for module in (dfa_kernels, walk_kernels)
                                                   for name in module.__all__})
+                    _kernels.compute_need = need_kernel.compute_need_native
                 except ImportError:
                     pass
             _loaded = True                              # before the warm-up, which builds a JitDFA
             if _kernels is not None:
                 try:
+                    NFA.need_kernel = staticmethod(_kernels.compute_need)
                     _warm_up()
                 except Exception as e:  # noqa: BLE001 - a kernel that fails to build must not break compiling
                     warnings.warn(f"constrained: compiled DFA kernels unavailable ({type(e).__name__}: {e}); "
                                   "using the Python DFA", RuntimeWarning, stacklevel=2)
                     _kernels = None
+                    NFA.need_kernel = None
     return _kernels
 
 

@@ -151,10 +151,15 @@ class Grammar:
     start: str = "start"
     # Free-form facts the compiler wants to pass on (e.g. whitespace policy).
     info: Mapping[str, object] = field(default_factory=dict)
+    # Check that every `Ref` names a rule (a walk of every body): compilers that only
+    # make refs to rules they define skip it, it is a sizable part of a small compile.
+    check_refs: bool = field(default=True, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.start not in self.rules:
             raise ValueError(f"start rule {self.start!r} is not defined")
+        if not self.check_refs:
+            return
         for name, body in self.rules.items():
             for ref in _refs(body):
                 if ref not in self.rules:

@@ -120,7 +120,7 @@ def json_schema_grammar(
     rules = {"start": seq(c.ws.around, body, c.ws.around), **c.rules}
     info = {"max_depth": max_recursion_depth + max_any_depth + 1, "whitespace": policy, "labels": c.labels,
             "max_recursion_depth": max_recursion_depth, "max_any_depth": max_any_depth}
-    return Grammar(rules, "start", info)
+    return Grammar(rules, "start", info, check_refs=False)     # the compiler defines every rule it refers to
 
 
 class Compiler:

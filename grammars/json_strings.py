@@ -143,6 +143,7 @@ def json_char(ranges: Iterable[tuple[int, int]]) -> Node:
 
 ANY_CHAR: Node = json_char(ALL_CODEPOINTS)
 NON_ASCII_CHAR: Node = json_char(((0x80, MAX_CODEPOINT),))
+_ANY_REST: Node = share(star(ANY_CHAR))
 
 
 def any_string_body(min_length: int = 0, max_length: int | None = None) -> Node:
@@ -180,7 +181,7 @@ def string_not_in(words: Iterable[str]) -> Node:
     # A string outside the set either ends inside the trie at a non-word node
     # (`_inside`), or leaves the trie at some node by a character no child
     # has and then continues freely (`_exits`, followed by one shared any*).
-    return alt(_inside(trie), seq(_exits(trie), star(ANY_CHAR)))
+    return alt(_inside(trie), _exits(trie, _ANY_REST))
 
 
 def _inside(trie: dict) -> Node:
@@ -189,16 +190,18 @@ def _inside(trie: dict) -> Node:
     return alt(*parts)
 
 
-def _exits(trie: dict) -> Node:
+def _exits(trie: dict, rest: Node) -> Node:
+    """Leave the trie at this node by a character no child has, then `rest`."""
     children = sorted(cp for cp, _ in _children(trie))
     if children and children[-1] < 0x80:
-        # names are mostly ASCII: "any other character" is the one shared non-ASCII node
-        # (a subroutine of the NFA) plus a small ASCII class, not a new class per trie node
-        parts = [NON_ASCII_CHAR, json_char(_minus(((0, 0x7F),), children))]
+        # names are mostly ASCII: "any other character" is the one shared non-ASCII node (a
+        # subroutine of the NFA) plus a small ASCII class; each in its own sequence, since
+        # `alt` would flatten them into a new large class per trie node
+        parts = [seq(NON_ASCII_CHAR, rest), seq(json_char(_minus(((0, 0x7F),), children)), rest)]
     else:
         others = _minus(ALL_CODEPOINTS, children)
-        parts = [json_char(others)] if others else []
-    parts += [seq(json_char(((cp, cp),)), _exits(sub)) for cp, sub in sorted(_children(trie))]
+        parts = [seq(json_char(others), rest)] if others else []
+    parts += [seq(json_char(((cp, cp),)), _exits(sub, rest)) for cp, sub in sorted(_children(trie))]
     return alt(*parts)
 
 

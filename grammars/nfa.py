@@ -191,6 +191,9 @@ class NFA:
     replay = True
     fast_need = True
     subroutines = True
+    # A compiled `compute_need` (same arguments and result), installed by `constrained.dfa_jit`
+    # when numba is there; grammars itself stays free of numba.
+    need_kernel = None
 
     def __init__(self, grammar: Grammar, *, max_depth: int = 64) -> None:
         with gc_paused():
@@ -653,4 +656,4 @@ class NFA:
                 continue
             for col, v in zip(calls, (a, r, b, op != REG)):
                 col.append(v)
-        return compute_need(n, starts, ends, src, dst, *calls, max_depth=max_depth)
+        return (self.need_kernel or compute_need)(n, starts, ends, src, dst, *calls, max_depth=max_depth)

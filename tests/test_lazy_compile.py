@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from constrained.compile import clear_cache, compile_json_schema, compile_regex
-from constrained.dfa_jit import native_dfa_class
+from constrained.dfa_jit import load_kernels, native_dfa_class
 from grammars.ast import Grammar, Node, Ref, alt, byteset, literal, repeat, seq
 from grammars.dfa import LazyDFA
 from grammars.errors import ConstraintError, StateBudgetError
@@ -207,3 +207,30 @@ def test_recursion_through_a_merge_is_refused_with_the_path(vocabulary) -> None:
         "c": {"allOf": [{"$ref": "#/definitions/n"}, {"minProperties": 0}]}}}}, "$ref": "#/definitions/n"}
     with pytest.raises(ConstraintError, match=r"\$\.definitions\.n\.properties\.c.*nests more than \d+ levels"):
         compile_json_schema(schema, vocabulary("gpt-2"))
+
+
+@pytest.mark.skipif(native_dfa_class() is None, reason="needs numba (CONSTRAINED_JIT=0 or not installed)")
+@pytest.mark.parametrize("path", sorted(CORPUS.glob("*.json"))[::2], ids=lambda p: p.stem)
+def test_compiled_need_equals_the_python_fixpoint(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    try:
+        g = json_schema_grammar(json.loads(path.read_text())["schema"])
+    except ConstraintError:
+        pytest.skip("unsupported schema")
+    monkeypatch.setattr(NFA, "fast_need", False)
+    monkeypatch.setattr(NFA, "need_kernel", staticmethod(load_kernels().compute_need))
+    native = NFA(g, max_depth=g.info["max_depth"]).need
+    monkeypatch.setattr(NFA, "need_kernel", None)
+    assert native == NFA(g, max_depth=g.info["max_depth"]).need
+
+
+@pytest.mark.skipif(native_dfa_class() is None, reason="needs numba (CONSTRAINED_JIT=0 or not installed)")
+@pytest.mark.parametrize("seed", range(30))
+def test_compiled_need_on_random_counter_grammars(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(seed)
+    names = [f"r{i}" for i in range(rng.randint(1, 3))]
+    g = Grammar({n: _counted(rng, names, 0) for n in names}, start=names[0])
+    monkeypatch.setattr(NFA, "fast_need", False)
+    monkeypatch.setattr(NFA, "need_kernel", staticmethod(load_kernels().compute_need))
+    native = NFA(g, max_depth=3).need
+    monkeypatch.setattr(NFA, "need_kernel", None)
+    assert native == NFA(g, max_depth=3).need
