@@ -125,8 +125,23 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--strict", action="store_true", help="schemas: missing additionalProperties means false")
     g.add_argument("--whitespace", choices=["default", "compact"], default="default",
                    help="schemas: whitespace allowed between JSON tokens (always bounded)")
+    from constrained.compile import MAX_STATES
+
+    g.add_argument("--max-states", type=_positive_int, default=MAX_STATES, metavar="N",
+                   help="budget of automaton states per constraint, built lazily as generation reaches them "
+                        "(default: %(default)s); past it the sample ends with status 'error'")
     g.set_defaults(run=_run_generate)
     return p
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
 
 
 # ---------------------------------------------------------------------------- generate
@@ -192,7 +207,7 @@ def _constraint(schema: Any, regex: Any, args: argparse.Namespace, where: str | 
             regex_grammar(regex)
         except ConstraintError as e:
             raise UsageError(f"{where}: bad regex {regex!r}: {e}") from None
-        return {"regex": regex}
+        return {"regex": regex, "options": {"max_states": args.max_states}}
     if schema is None:
         return {}  # unconstrained
     where = where or "--schema"
@@ -205,7 +220,7 @@ def _constraint(schema: Any, regex: Any, args: argparse.Namespace, where: str | 
         json_schema_grammar(schema, **options)
     except (ConstraintError, ValueError, TypeError) as e:
         raise UsageError(f"{where}: {e}") from None
-    return {"schema": schema, "options": options}
+    return {"schema": schema, "options": {**options, "max_states": args.max_states}}
 
 
 def _load_schema_arg(value: str, where: str) -> Any:

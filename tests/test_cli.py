@@ -49,6 +49,18 @@ def test_regex_and_schema_file(capsys: pytest.CaptureFixture[str], tmp_path: Pat
     assert code == 0 and json.loads(lines[0]) in ("red", "green")
 
 
+def test_max_states_is_settable_and_a_budget_error_ends_only_that_sample(capsys: pytest.CaptureFixture[str]) -> None:
+    code, lines, err = _run(capsys, "--regex", "[a-z]{0,1000}", "--prompt", "x", "-n", "2", "--seed", "0",
+                            "--max-tokens", "40", "--max-states", "12")
+    notes = [e for e in err.splitlines() if e.startswith("constrained: sample")]
+    assert code == 1 and not lines and len(notes) == 2
+    assert all("StateBudgetError" in e and "more than 12 states (growing at regex '[a-z]{0,1000}')" in e
+               for e in notes)
+    code, lines, err = _run(capsys, "--regex", "[a-z]{0,1000}", "--prompt", "x", "-n", "2", "--seed", "0",
+                            "--max-tokens", "40")                         # the default budget is ample
+    assert "StateBudgetError" not in err and all(re.fullmatch("[a-z]{0,1000}", s) for s in lines)
+
+
 def test_batch_mode_jsonl(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     rows = [
