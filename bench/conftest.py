@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import pytest_sessionfinish, pytest_unconfigure  # noqa: F401 - the exit without abort
+
 
 def pytest_collect_file(file_path: Path, parent: Any) -> Any:
     if file_path.suffix == ".py" and file_path.name.startswith("bench_") and not parent.session.isinitpath(file_path):
