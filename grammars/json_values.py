@@ -244,7 +244,18 @@ def _join(items: list[Node], sep: Node) -> Node:
 
 
 def any_value_rule(ws: Whitespace) -> Node:
-    """Body of the rule `ANY_RULE`: any JSON value, nesting through `Ref`."""
+    """Body of the rule `ANY_RULE`: any JSON value, nesting through `Ref`.
+
+    One object per `Whitespace`, shared (`share`): most schemas have open
+    objects, and its NFA fragment is then built once per process.
+    """
+    rule = ws.__dict__.get("_any_rule")
+    if rule is None:
+        rule = ws._any_rule = share(_any_value_rule(ws))
+    return rule
+
+
+def _any_value_rule(ws: Whitespace) -> Node:
     inner = Ref(ANY_RULE)
     array = ws.arr(ws.listing(inner))
     obj = ws.obj(ws.listing(seq(ANY_STRING, ws.colon, inner)))

@@ -164,9 +164,11 @@ def _template(nfa: "NFA", s: int, c0: int, e0: int, b0: int, k0: int, t: int) ->
             j = local[i] = len(masks)
             masks.append(inv[i])
         idx.append(j)
-    calls = [(rel(a), op, b - c0, to - c0, lo, hi) for a, op, b, to, lo, hi in
-             zip(nfa._call_src[k0:], nfa._call_op[k0:], nfa._call_dst[k0:], nfa._call_to[k0:],
-                 nfa._call_lo[k0:], nfa._call_hi[k0:])]
+    # rule calls by name (rule numbers differ between grammars), counter edges as they are
+    calls = [(rel(a), op, b - c0, to - c0 if to >= 0 else -1, lo, hi, nfa.rule_names[r] if r >= 0 else None)
+             for a, op, b, to, lo, hi, r in zip(nfa._call_src[k0:], nfa._call_op[k0:], nfa._call_dst[k0:],
+                                                nfa._call_to[k0:], nfa._call_lo[k0:], nfa._call_hi[k0:],
+                                                nfa._call_rule[k0:])]
     return (nfa._count - c0, rel(t), [rel(a) for a in nfa._eps_src[e0:]], [b - c0 for b in nfa._eps_dst[e0:]],
             [rel(a) for a in nfa._byte_src[b0:]], [b - c0 for b in nfa._byte_dst[b0:]], masks, idx, nfa._dead, calls)
 
@@ -220,6 +222,7 @@ class NFA:
         self._call_lo: list[int] = []
         self._call_hi: list[int] = []
         self._subs: dict[Node, int] = {}     # node -> its subroutine's rule index
+        self._no_subs = 0                    # > 0 while recording a template (see `_build_shared`)
         self._pending: list[tuple[int, tuple[int, ...], Node]] = []   # subroutine bodies to make
         self._labels: dict[int, tuple[Node, str]] = dict(grammar.info.get("labels") or {})
         # (first state, end state, label): the states each labeled node built (see `origin`)
@@ -365,7 +368,7 @@ class NFA:
         kind = type(node)
         frag = self._frags.get(node) if self.replay else None
         if frag is not None:
-            if frag[5] - frag[1] < SUBROUTINE_MIN or not self.subroutines:
+            if frag[5] - frag[1] < SUBROUTINE_MIN or not self.subroutines or self._no_subs:
                 return self._copy(frag, s)
             return self._subroutine(node, frag, s)
         mark = (s, self._count, len(self._eps_src), len(self._byte_src), len(self._call_src))
@@ -417,18 +420,27 @@ class NFA:
         """Build a `share`d node from its process-wide template (recorded on its
         first build in any NFA), on fresh states from entry `s`."""
         tpl = _TEMPLATES.get(id(node))
+        if tpl is not None and not all(name is None or name in self.rule_index for *_, name in tpl[9]):
+            tpl = None                        # it calls a rule this grammar lacks: build it here, unrecorded
+            record = False
+        else:
+            record = True
         if tpl is None:
             was_dead, self._dead = self._dead, False
             c0, e0, b0, k0 = self._count, len(self._eps_src), len(self._byte_src), len(self._call_src)
-            kind = type(node)
-            if kind is Seq:
-                t = self._build_seq(node.items, 0, len(node.items), s)
-            elif kind is Alt:
-                t = self._new()
-                self._build_alt([_items(x) for x in node.items], s, t)
-            else:
-                t = self._build_repeat(node, s)
-            if all(r < 0 for r in self._call_rule[k0:]):  # rule numbers differ between grammars
+            self._no_subs += 1                # nested nodes are copied: a template calls no subroutine
+            try:
+                kind = type(node)
+                if kind is Seq:
+                    t = self._build_seq(node.items, 0, len(node.items), s)
+                elif kind is Alt:
+                    t = self._new()
+                    self._build_alt([_items(x) for x in node.items], s, t)
+                else:
+                    t = self._build_repeat(node, s)
+            finally:
+                self._no_subs -= 1
+            if record and FREE not in self._call_op[k0:]:
                 _TEMPLATES[id(node)] = _template(self, s, c0, e0, b0, k0, t)
             self._dead = was_dead or self._dead
             return t
@@ -447,8 +459,9 @@ class NFA:
                 mid = self._mask_id[m] = len(self._mask_id)
             ids.append(mid)
         self._byte_mask.extend([ids[i] for i in mask_idx])
-        for a, op, b, to, lo, hi in calls:
-            self._call(s if a < 0 else a + d, op, b + d, to=to + d, lo=lo, hi=hi)
+        for a, op, b, to, lo, hi, name in calls:
+            self._call(s if a < 0 else a + d, op, b + d, rule=-1 if name is None else self.rule_index[name],
+                       to=to + d if to >= 0 else -1, lo=lo, hi=hi)
         return s if exit_ < 0 else exit_ + d
 
     def _copy(self, frag: tuple[int, ...], s: int) -> int:
