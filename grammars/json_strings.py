@@ -137,8 +137,20 @@ def json_char(ranges: Iterable[tuple[int, int]]) -> Node:
         >>> [dfa.matches(s) for s in (b"\\\\n", b"\\\\u000A", b"\\n")]
         [True, True, False]
     """
+    if type(ranges) is tuple and len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
+        cp = ranges[0][0]                  # one code point (names, literals): the common call
+        node = _ONE_CHAR.get(cp)
+        if node is None:
+            if len(_ONE_CHAR) >= 1 << 16:
+                _ONE_CHAR.clear()
+            norm = normalize_ranges(ranges)
+            node = _ONE_CHAR[cp] = _json_char(norm) if norm else NOTHING
+        return node
     norm = normalize_ranges(ranges)
     return _json_char(norm) if norm else NOTHING
+
+
+_ONE_CHAR: dict[int, Node] = {}
 
 
 ANY_CHAR: Node = json_char(ALL_CODEPOINTS)
