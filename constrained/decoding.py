@@ -14,7 +14,8 @@ once as that row's suffix.
 
 Rows finish independently ("complete" on EOS or when only EOS can follow,
 "max_tokens", or "error"); a backend failure is retried row by row, so it only
-marks the row(s) that caused it.
+marks the row(s) that caused it, and an exception in a row's own work (its
+constraint outgrowing `max_states`, say) ends that row alone with its message.
 
 Why FSM states are not stored in the trie (`TokenTrie.set_state`): a row's
 guide moves by one memoized table lookup per token (`TokenFSM.next_state`),
@@ -131,7 +132,7 @@ async def decode(lm: AsyncLM, rows: Sequence[Row], on_done: Callable[[Row], None
     active = []
     for row in rows:
         if row.status is None:
-            row.start()
+            _guarded(row, row.start)
         if row.status is None:
             active.append(row)
         elif on_done is not None:
@@ -143,12 +144,20 @@ async def decode(lm: AsyncLM, rows: Sequence[Row], on_done: Callable[[Row], None
             if isinstance(lp, BaseException):
                 row.fail(f"backend error: {type(lp).__name__}: {lp}")
             else:
-                row.step(lp)
+                _guarded(row, row.step, lp)
             if row.status is None:
                 still.append(row)
             elif on_done is not None:
                 on_done(row)
         active = still
+
+
+def _guarded(row: Row, work: Callable[..., None], *args: Any) -> None:
+    """`work(*args)`; an exception fails `row` only (status "error", with the exception's message)."""
+    try:
+        work(*args)
+    except Exception as e:  # noqa: BLE001 - one row's failure must not end the others
+        row.fail(f"{type(e).__name__}: {e}")
 
 
 async def _logprobs(lm: AsyncLM, seqs: list[tuple[int, ...]]) -> list[Any]:

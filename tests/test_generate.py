@@ -258,3 +258,18 @@ def test_agenerate_runs_concurrently_on_one_backend() -> None:
 
     a, b = asyncio.run(both())
     assert re.fullmatch("[0-9]{2}", a[0].text) and b[0].value in (1, 2, 3)
+
+
+def test_a_state_budget_error_ends_only_its_own_request() -> None:
+    """`max_states` reaches the compiler through `generate`; a request that outgrows it ends with
+    status "error" naming the path, and the other requests of the batch are unaffected."""
+    lm = async_lm("llama-spm", "hf")
+    long_text = {"type": "object", "properties": {"note": {"type": "string", "minLength": 1000}},
+                 "required": ["note"], "additionalProperties": False}
+    reqs = [GenerationRequest("Note:", schema=long_text, max_tokens=60, seed=0, options={"max_states": 20}),
+            GenerationRequest("Digits:", regex="[0-9]{1,3}", max_tokens=8, seed=0)]
+    bad, good = generate_batch(lm, reqs)
+    assert bad[0].status == "error" and "StateBudgetError" in bad[0].error and "growing at $" in bad[0].error
+    assert good[0].status == "max_tokens" or (good[0].status == "complete" and re.fullmatch("[0-9]{1,3}", good[0].text))
+    gens = generate(lm, "Note:", schema=long_text, max_tokens=10, seed=0, max_states=20)
+    assert gens[0].status == "error" and "more than 20 states" in gens[0].error
