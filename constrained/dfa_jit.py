@@ -123,8 +123,7 @@ class JitDFA(LazyDFA):
             bits = np.unpackbits(raw.reshape(len(masks), 32), axis=1, bitorder="little")
             mask_cls[:] = bits[:, self._class_rep]       # a class is in a mask iff its bytes are
         # return states are canonicalized as in LazyDFA (see `NFA.forward`); loop exits are kept
-        call_ret = np.array([nfa.forward(t) if op <= FREE else t for t, op in zip(a.call_dst.tolist(), a.call_op.tolist())],
-                            dtype=np.int64)
+        call_ret = np.where(a.call_op <= FREE, nfa.forward_many(a.call_dst), a.call_dst) if len(a.call_dst) else a.call_dst
         params = np.array([self._n, self.max_depth, self.max_states, self.num_classes], dtype=np.int64)
         arrays = (
             np.array(nfa.need, dtype=np.int64), a.eps_ptr, a.eps_dst, a.call_ptr, a.call_to,

@@ -330,6 +330,27 @@ class NFA:
                 best = inner
         return None if best is None else best[1]
 
+    def forward_many(self, states: np.ndarray) -> np.ndarray:
+        """`forward` of each of `states` (int64), vectorized: chains of pure epsilon hops are
+        followed a step at a time for all of them at once; the few still moving after 32
+        steps (long chains, cycles) take the plain `forward`."""
+        a = self.arrays
+        hop = ((np.diff(a.eps_ptr) == 1) & (np.diff(a.edge_ptr) == 0) & (np.diff(a.call_ptr) == 0)
+               & ~np.asarray(self.is_end, dtype=bool))
+        nxt = np.arange(self.num_states, dtype=np.int64)
+        nxt[hop] = a.eps_dst[a.eps_ptr[:-1][hop]]
+        cur = np.asarray(states, dtype=np.int64)
+        for _ in range(32):
+            moved = nxt[cur]
+            if (moved == cur).all():
+                return cur
+            cur = moved
+        out = np.asarray(states, dtype=np.int64).copy()
+        done = nxt[cur] == cur
+        out[done] = cur[done]
+        out[~done] = [self.forward(int(t)) for t in out[~done]]
+        return out
+
     def masks(self) -> set[int]:
         """All distinct byte masks on edges (they define the byte classes)."""
         return set(self._masks)

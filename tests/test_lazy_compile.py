@@ -234,3 +234,14 @@ def test_compiled_need_on_random_counter_grammars(seed: int, monkeypatch: pytest
     native = NFA(g, max_depth=3).need
     monkeypatch.setattr(NFA, "need_kernel", None)
     assert native == NFA(g, max_depth=3).need
+
+
+@pytest.mark.parametrize("path", sorted(CORPUS.glob("*.json"))[::3], ids=lambda p: p.stem)
+def test_vectorized_forward_equals_forward(path: Path) -> None:
+    try:
+        g = json_schema_grammar(json.loads(path.read_text())["schema"])
+    except ConstraintError:
+        pytest.skip("unsupported schema")
+    nfa = NFA(g, max_depth=g.info["max_depth"])
+    states = list(range(nfa.num_states))
+    assert nfa.forward_many(states).tolist() == [nfa.forward(s) for s in states]
