@@ -34,7 +34,7 @@ from typing import Callable, Iterable
 from grammars.ast import (
     EMPTY, NOTHING, Node, alt, byte_range, byteset, literal, optional, plus, repeat, seq, star,
 )
-from grammars.nfa import share
+from grammars.fragments import share
 
 __all__ = [
     "Interval", "int_range", "digits_with_zeros", "decimal_interval", "number_interval",

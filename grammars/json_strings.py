@@ -28,7 +28,7 @@ from grammars.ast import (
     EMPTY, MAX_CODEPOINT, NOTHING, Node, alt, byteset, codepoints, literal, repeat, seq, star,
 )
 from grammars.json_numbers import fixed_range
-from grammars.nfa import share
+from grammars.fragments import share
 
 __all__ = [
     "json_char", "ANY_CHAR", "ALL_CODEPOINTS", "string_literal", "string_not_in", "quoted",

@@ -19,7 +19,7 @@ from typing import Any, Iterable
 
 from grammars.ast import EMPTY, NOTHING, Alt, ByteSet, Node, Ref, alt, byteset, literal, optional, repeat, seq, star
 from grammars.errors import InvalidSchemaError
-from grammars.nfa import share
+from grammars.fragments import share
 from grammars.json_numbers import ANY_NUMBER, number_value
 from grammars.json_strings import ANY_CHAR, quoted, string_literal
 

@@ -123,7 +123,7 @@ def test_byte_classes_on_a_schema() -> None:
 
 
 def test_shared_templates_build_the_same_nfa(monkeypatch: pytest.MonkeyPatch) -> None:
-    import grammars.nfa as nfa_module
+    import grammars.fragments as nfa_module
 
     g = json_schema_grammar({"type": "object", "properties": {"a": {"type": "string"}, "n": {"type": "number"}}})
     monkeypatch.setattr(nfa_module, "_TEMPLATES", {})

@@ -1,0 +1,394 @@
+"""Building NFA fragments: Thompson construction over `grammars.ast` nodes, without unrolling.
+
+`FragmentBuilder` holds the construction methods of `grammars.nfa.NFA`
+(which says what the NFA is); this module says how its pieces are made:
+
+- counted repeats past `UNROLL_LIMIT` become counter loops (ENTER, HEAD and
+  INC call edges; the count is a frame on the DFA configuration's stack);
+- a node built again is copied from the edges recorded for its first build,
+  or, from `SUBROUTINE_MIN` states on, called as a subroutine (FREE call)
+  whose body is made after the grammar's rules;
+- `share`d nodes common to many grammars (whitespace, string characters,
+  numbers, the any-value rule) are built once per process and replayed from a
+  template; rule calls in a template are kept by name;
+- alternatives share common suffixes and left-factor leading byte sets.
+
+Example:
+    >>> from grammars.ast import Grammar, byte_range, repeat
+    >>> from grammars.nfa import NFA
+    >>> NFA(Grammar({"start": repeat(byte_range(48, 57), 0, 10**6)})).num_states
+    5
+"""
+
+from __future__ import annotations
+
+from grammars.ast import Alt, ByteSet, Node, Ref, Repeat, Seq
+
+__all__ = ["FragmentBuilder", "share", "REG", "FREE", "ENTER", "HEAD", "INC", "UNROLL_LIMIT", "SUBROUTINE_MIN"]
+
+# Kinds of call edge (`NFAArrays.call_op`). REG: a rule call (`Ref`), one level of
+# nesting depth; FREE: a subroutine call, no depth; ENTER: push a counter frame
+# holding 0, go to the loop head; HEAD: count < hi: enter the item, count >= lo:
+# pop the frame and go to the loop exit (`call_dst`); INC: count + 1, back to the head.
+REG, FREE, ENTER, HEAD, INC = range(5)
+# A repeat is copied when its bound is at most this (a byte class: 8); else a counter loop.
+UNROLL_LIMIT = 4
+_BYTE_UNROLL_LIMIT = 8
+# A node built again whose fragment has at least this many states becomes a subroutine.
+SUBROUTINE_MIN = 16
+
+
+def _items(node: Node) -> tuple[Node, ...]:
+    """A node as a sequence of items (an `Alt` branch flattened)."""
+    return node.items if type(node) is Seq else (node,)
+
+
+# Process-wide NFA fragments of nodes that many grammars contain (JSON
+# whitespace, string characters, numbers): id(node) -> node, kept alive so
+# that the id stays valid, and id(node) -> template (see `_template`).
+_SHARED: dict[int, Node] = {}
+_TEMPLATES: dict[int, tuple] = {}
+
+
+def share(node: Node) -> Node:
+    """Mark `node` (which must stay immutable, as all nodes are) as common to
+    many grammars: its NFA fragment is then built once per process and copied
+    into later NFAs. Returns `node`.
+
+    Example:
+        >>> from grammars.ast import Grammar, byte_range, star
+        >>> from grammars.nfa import NFA
+        >>> gap = share(star(byte_range(32, 32)))
+        >>> NFA(Grammar({"start": gap})).num_states == NFA(Grammar({"start": gap})).num_states
+        True
+    """
+    if type(node) in (Seq, Alt, Repeat) and id(node) not in _SHARED:
+        if len(_SHARED) >= 4096:  # a bound for callers sharing per-request nodes
+            _SHARED.clear()
+            _TEMPLATES.clear()
+        _SHARED[id(node)] = node
+    return node
+
+
+def _template(nfa: "NFA", s: int, c0: int, e0: int, b0: int, k0: int, t: int) -> tuple:
+    """A just-built fragment (entry `s`, states from `c0`, edges from e0/b0,
+    exit `t`) with states renumbered from 0 and the entry as -1."""
+    def rel(x: int) -> int:
+        return -1 if x == s else x - c0
+
+    inv = {v: k for k, v in nfa._mask_id.items()}
+    masks: list[int] = []
+    local: dict[int, int] = {}
+    idx = []
+    for i in nfa._byte_mask[b0:]:
+        j = local.get(i)
+        if j is None:
+            j = local[i] = len(masks)
+            masks.append(inv[i])
+        idx.append(j)
+    # rule calls by name (rule numbers differ between grammars), counter edges as they are
+    calls = [(rel(a), op, b - c0, to - c0 if to >= 0 else -1, lo, hi, nfa.rule_names[r] if r >= 0 else None)
+             for a, op, b, to, lo, hi, r in zip(nfa._call_src[k0:], nfa._call_op[k0:], nfa._call_dst[k0:],
+                                                nfa._call_to[k0:], nfa._call_lo[k0:], nfa._call_hi[k0:],
+                                                nfa._call_rule[k0:])]
+    return (nfa._count - c0, rel(t), [rel(a) for a in nfa._eps_src[e0:]], [b - c0 for b in nfa._eps_dst[e0:]],
+            [rel(a) for a in nfa._byte_src[b0:]], [b - c0 for b in nfa._byte_dst[b0:]], masks, idx, nfa._dead, calls)
+
+
+class FragmentBuilder:
+    """The construction methods of `NFA` (its columns, counters and tables are set up by `NFA._init`)."""
+
+
+    def _new(self) -> int:
+        self._count += 1
+        return self._count - 1
+
+    def _eps(self, a: int, b: int) -> None:
+        self._eps_src.append(a)
+        self._eps_dst.append(b)
+
+    def _build(self, node: Node, s: int) -> int:
+        """Add `node` starting at state `s`; return its exit state.
+
+        Fragments never add edges *into* `s`, so alternatives may share it.
+        """
+        kind = type(node)
+        if kind is ByteSet:
+            return self._byte(s, node.mask)
+        if kind is Ref:
+            t = self._new()
+            self._call(s, REG, t, rule=self.rule_index[node.name])
+            return t
+        label = self._labels.get(id(node))
+        if label is not None:
+            c0 = self._count
+            t = self._build_node(node, s)
+            self.origins.append((c0, self._count, label[1]))
+            return t
+        return self._build_node(node, s)
+
+    def _build_node(self, node: Node, s: int) -> int:
+        kind = type(node)
+        frag = self._frags.get(node) if self.replay else None
+        if frag is not None:
+            if frag[5] - frag[1] < SUBROUTINE_MIN or not self.subroutines or self._no_subs:
+                return self._copy(frag, s)
+            return self._subroutine(node, frag, s)
+        mark = (s, self._count, len(self._eps_src), len(self._byte_src), len(self._call_src))
+        if self.replay and id(node) in _SHARED:
+            t = self._build_shared(node, s)
+        elif kind is Seq:
+            t = self._build_seq(node.items, 0, len(node.items), s)
+        elif kind is Alt:
+            if not node.items:
+                self._dead = True  # NOTHING: its entry cannot reach its exit
+            t = self._new()
+            self._build_alt([_items(x) for x in node.items], s, t)
+        elif kind is Repeat:
+            t = self._build_repeat(node, s)
+        else:
+            raise TypeError(f"not a grammar node: {node!r}")
+        self._frags[node] = (*mark, self._count, t, len(self._eps_src), len(self._byte_src), len(self._call_src))
+        return t
+
+    def _call(self, s: int, op: int, dst: int, *, rule: int = -1, to: int = -1, lo: int = 0, hi: int = -1) -> None:
+        """A call edge from `s` (see `REG` ... `INC`)."""
+        self._call_src.append(s)
+        self._call_rule.append(rule)
+        self._call_dst.append(dst)
+        self._call_op.append(op)
+        self._call_to.append(to)
+        self._call_lo.append(lo)
+        self._call_hi.append(hi)
+
+    def _subroutine(self, node: Node, frag: tuple[int, ...], s: int) -> int:
+        """A FREE call from `s` to the subroutine of `node`.
+
+        Its body, a copy of the recorded fragment, is made after the grammar's
+        rules (`_pending`): made now, it would lie inside the fragment being
+        built, whose later copies would carry a dead copy of it.
+        """
+        rule = self._subs.get(node)
+        if rule is None:
+            rule = self._subs[node] = len(self.rule_start)
+            self.rule_names.append(f"sub:{rule}")
+            self.rule_start.append(-1)
+            self.rule_end.append(-1)
+            self._pending.append((rule, frag, node))
+        t = self._new()
+        self._call(s, FREE, t, rule=rule)
+        return t
+
+    def _build_shared(self, node: Node, s: int) -> int:
+        """Build a `share`d node from its process-wide template (recorded on its
+        first build in any NFA), on fresh states from entry `s`."""
+        tpl = _TEMPLATES.get(id(node))
+        if tpl is not None and not all(name is None or name in self.rule_index for *_, name in tpl[9]):
+            tpl = None                        # it calls a rule this grammar lacks: build it here, unrecorded
+            record = False
+        else:
+            record = True
+        if tpl is None:
+            was_dead, self._dead = self._dead, False
+            c0, e0, b0, k0 = self._count, len(self._eps_src), len(self._byte_src), len(self._call_src)
+            self._no_subs += 1                # nested nodes are copied: a template calls no subroutine
+            try:
+                kind = type(node)
+                if kind is Seq:
+                    t = self._build_seq(node.items, 0, len(node.items), s)
+                elif kind is Alt:
+                    t = self._new()
+                    self._build_alt([_items(x) for x in node.items], s, t)
+                else:
+                    t = self._build_repeat(node, s)
+            finally:
+                self._no_subs -= 1
+            if record and FREE not in self._call_op[k0:]:
+                _TEMPLATES[id(node)] = _template(self, s, c0, e0, b0, k0, t)
+            self._dead = was_dead or self._dead
+            return t
+        size, exit_, eps_src, eps_dst, byte_src, byte_dst, masks, mask_idx, dead, calls = tpl
+        d = self._count
+        self._count += size
+        self._dead = self._dead or dead
+        self._eps_src.extend([s if a < 0 else a + d for a in eps_src])
+        self._eps_dst.extend([b + d for b in eps_dst])
+        self._byte_src.extend([s if a < 0 else a + d for a in byte_src])
+        self._byte_dst.extend([b + d for b in byte_dst])
+        ids = []
+        for m in masks:
+            mid = self._mask_id.get(m)
+            if mid is None:
+                mid = self._mask_id[m] = len(self._mask_id)
+            ids.append(mid)
+        self._byte_mask.extend([ids[i] for i in mask_idx])
+        for a, op, b, to, lo, hi, name in calls:
+            self._call(s if a < 0 else a + d, op, b + d, rule=-1 if name is None else self.rule_index[name],
+                       to=to + d if to >= 0 else -1, lo=lo, hi=hi)
+        return s if exit_ < 0 else exit_ + d
+
+    def _copy(self, frag: tuple[int, ...], s: int) -> int:
+        """Replay a recorded fragment from entry `s`, on fresh states.
+
+        The fragment's states are the contiguous range [c0, c1) and its edges
+        the slices [e0, e1) of the columns; only its entry lies outside the
+        range, and no edge enters it.
+        """
+        entry, c0, e0, b0, k0, c1, exit_, e1, b1, k1 = frag
+        d = self._count - c0
+        self._count += c1 - c0
+        src = self._eps_src
+        src.extend([s if a == entry else a + d for a in src[e0:e1]])
+        self._eps_dst.extend([b + d for b in self._eps_dst[e0:e1]])
+        src = self._byte_src
+        src.extend([s if a == entry else a + d for a in src[b0:b1]])
+        self._byte_mask.extend(self._byte_mask[b0:b1])
+        self._byte_dst.extend([b + d for b in self._byte_dst[b0:b1]])
+        if k1 > k0:
+            src = self._call_src
+            src.extend([s if a == entry else a + d for a in src[k0:k1]])
+            self._call_rule.extend(self._call_rule[k0:k1])
+            self._call_dst.extend([b + d for b in self._call_dst[k0:k1]])
+            self._call_op.extend(self._call_op[k0:k1])
+            self._call_to.extend([b + d if b >= 0 else b for b in self._call_to[k0:k1]])
+            self._call_lo.extend(self._call_lo[k0:k1])
+            self._call_hi.extend(self._call_hi[k0:k1])
+        return s if exit_ == entry else exit_ + d
+
+    def _build_alt(self, branches: list[tuple[Node, ...]], s: int, t: int) -> None:
+        """Alternatives from `s` to `t`, sharing common suffixes and prefixes.
+
+        Branches that end in the same items share one copy of them (built
+        once, entered by epsilon from each branch); what remains of the
+        branches is left-factored on leading byte sets by `_build_prefixes`.
+        Iterative, so long shared suffixes cost no recursion depth.
+        """
+        leaves: list[tuple[tuple[Node, ...], int, int]] = []  # (items, stop, target)
+        todo = [([(items, len(items)) for items in branches], t)]
+        while todo:
+            group, target = todo.pop()
+            if len(group) == 1:
+                leaves.append((group[0][0], group[0][1], target))
+                continue
+            by_last: dict[Node, list[tuple[tuple[Node, ...], int]]] = {}
+            for items, stop in group:
+                if stop == 0:
+                    leaves.append((items, 0, target))
+                else:
+                    by_last.setdefault(items[stop - 1], []).append((items, stop - 1))
+            for last, tails in by_last.items():
+                if len(tails) == 1:
+                    items, stop = tails[0]
+                    leaves.append((items, stop + 1, target))
+                    continue
+                # several branches end in `last`: build it once, from a fresh entry h
+                h = self._new()
+                self._eps(self._build(last, h), target)
+                todo.append((tails, h))
+        self._build_prefixes(leaves, s)
+
+    def _build_prefixes(self, leaves: list[tuple[tuple[Node, ...], int, int]], s: int) -> None:
+        """Branch prefixes items[:stop] from `s` to their targets, left-factored.
+
+        Prefixes that start with the same `ByteSet` share one edge (a trie);
+        UTF-8 classes such as `\\w` have hundreds of branches with few distinct
+        lead bytes, and this keeps the NFA and every DFA closure small.
+        """
+        todo = [([(items, 0, stop, target) for items, stop, target in leaves], s)]
+        while todo:
+            group, s = todo.pop()
+            heads: dict[int, list[tuple[tuple[Node, ...], int, int, int]]] = {}
+            for items, at, stop, target in group:
+                if at < stop and type(items[at]) is ByteSet:
+                    heads.setdefault(items[at].mask, []).append((items, at + 1, stop, target))
+                else:
+                    self._eps(self._build_seq(items, at, stop, s), target)
+            for mask, tails in heads.items():
+                u = self._byte(s, mask)
+                if len(tails) == 1:
+                    items, at, stop, target = tails[0]
+                    self._eps(self._build_seq(items, at, stop, u), target)
+                else:
+                    todo.append((tails, u))
+
+    def _byte(self, s: int, mask: int) -> int:
+        """A byte edge from `s` to a fresh state; return that state."""
+        mid = self._mask_id.get(mask)
+        if mid is None:
+            mid = self._mask_id[mask] = len(self._mask_id)
+        t = self._count
+        self._count = t + 1
+        self._byte_src.append(s)
+        self._byte_mask.append(mid)
+        self._byte_dst.append(t)
+        return t
+
+    def _build_seq(self, items: tuple[Node, ...], at: int, stop: int, s: int) -> int:
+        for i in range(at, stop):
+            item = items[i]
+            # byte sets inline: most items of literals and UTF-8 sequences are bytes
+            s = self._byte(s, item.mask) if type(item) is ByteSet else self._build(item, s)
+        return s
+
+    def _build_repeat(self, node: Repeat, s: int) -> int:
+        bound = node.max if node.max is not None else node.min
+        if type(node.item) is ByteSet and node.max is not None and bound <= _BYTE_UNROLL_LIMIT:
+            return self._byte_repeat(node.item.mask, node.min, node.max, s)
+        if bound > UNROLL_LIMIT and not (type(node.item) is ByteSet and node.max is None and node.min <= _BYTE_UNROLL_LIMIT):
+            return self._counter_loop(node, s)
+        for _ in range(node.min):
+            s = self._build(node.item, s)
+        if node.max is None:
+            # Loop through a fresh head so no back edge ever enters `s`.
+            head = self._new()
+            self._eps(s, head)
+            self._eps(self._build(node.item, head), head)
+            t = self._new()
+            self._eps(head, t)
+            return t
+        t = self._new()
+        for _ in range(node.max - node.min):
+            self._eps(s, t)
+            s = self._build(node.item, s)
+        self._eps(s, t)
+        return t
+
+    def _counter_loop(self, node: Repeat, s: int) -> int:
+        """`item{lo,hi}` as a counter loop: s -ENTER-> head -HEAD-> item ... -INC-> head; head -HEAD-> exit.
+
+        Four states and three edges whatever the bounds; the counter lives on
+        the DFA configuration's stack (see the module docstring).
+        """
+        hi = -1 if node.max is None else node.max
+        head, body, t = self._new(), self._new(), self._new()
+        self._call(s, ENTER, head, to=head)
+        self._call(head, HEAD, t, to=body, lo=node.min, hi=hi)
+        self._call(self._build(node.item, body), INC, head, to=head, lo=node.min, hi=hi)
+        return t
+
+    def _byte_repeat(self, mask: int, lo: int, hi: int, s: int) -> int:
+        """`[mask]{lo,hi}` in bulk: the same edges, in the same column order, as
+        the generic loop of `_build_repeat` (whitespace gaps are `[ \\t]{0,32}`)."""
+        mid = self._mask_id.get(mask)
+        if mid is None:
+            mid = self._mask_id[mask] = len(self._mask_id)
+        c = self._count
+        # lo mandatory bytes: s -> c -> c+1 ... -> c+lo-1
+        if lo:
+            self._byte_src.append(s)
+            self._byte_src.extend(range(c, c + lo - 1))
+            s = c + lo - 1
+        # then hi-lo optional ones, each skippable to t: s -> t+1 -> ... -> t+k
+        t = c + lo
+        k = hi - lo
+        if k:
+            self._byte_src.append(s)
+            self._byte_src.extend(range(t + 1, t + k))
+        self._byte_dst.extend(range(c, c + lo))
+        self._byte_dst.extend(range(t + 1, t + k + 1))
+        self._byte_mask.extend([mid] * (lo + k))
+        self._eps_src.append(s)
+        self._eps_src.extend(range(t + 1, t + k + 1))
+        self._eps_dst.extend([t] * (k + 1))
+        self._count = t + k + 1
+        return t
