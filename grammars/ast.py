@@ -29,7 +29,7 @@ __all__ = [
     "ByteSet", "Seq", "Alt", "Repeat", "Ref", "Node", "Grammar",
     "EMPTY", "NOTHING", "ANY_BYTE",
     "byteset", "byte_range", "literal", "seq", "alt", "repeat", "optional", "star", "plus",
-    "codepoints", "utf8_sequences", "MAX_CODEPOINT",
+    "codepoints", "utf8_sequences", "MAX_CODEPOINT", "surely_nullable", "non_empty",
 ]
 
 MAX_CODEPOINT = 0x10FFFF
@@ -270,6 +270,60 @@ def star(item: Node) -> Node:
 
 def plus(item: Node) -> Node:
     return repeat(item, 1, None)
+
+
+# ---------------------------------------------------------------------------
+# The empty string
+
+
+def surely_nullable(node: Node, memo: dict[int, bool] | None = None) -> bool:
+    """Whether `node` matches the empty string without calling a rule.
+
+    A `Ref` counts as not nullable, so False means "not nullable, or only
+    through a rule call"; `memo` (by node id) keeps shared DAGs linear.
+    """
+    kind = type(node)
+    if kind is ByteSet or kind is Ref:
+        return False
+    if kind is Repeat and node.min == 0:
+        return True
+    if memo is None:
+        memo = {}
+    got = memo.get(id(node))
+    if got is None:
+        if kind is Seq:
+            got = all(surely_nullable(x, memo) for x in node.items)
+        elif kind is Alt:
+            got = any(surely_nullable(x, memo) for x in node.items)
+        else:
+            got = surely_nullable(node.item, memo)
+        memo[id(node)] = got
+    return got
+
+
+def non_empty(node: Node, memo: dict[int, bool] | None = None) -> Node:
+    """A node matching every non-empty string of `node`, and only strings of `node`.
+
+    It matches the empty string only when `node` does through a rule call
+    (`surely_nullable` is False for it). `item{m,n}` with a nullable item is
+    `non_empty(item){0,n}`: the form whose every round consumes a byte.
+
+    Example:
+        >>> non_empty(seq(optional(literal(b"a")), optional(literal(b"b")))) == alt(
+        ...     seq(literal(b"a"), optional(literal(b"b"))), literal(b"b"))
+        True
+    """
+    if memo is None:
+        memo = {}
+    if not surely_nullable(node, memo):
+        return node
+    kind = type(node)
+    if kind is Seq:  # every item is nullable: the first non-empty one, then the rest
+        items = node.items
+        return alt(*(seq(non_empty(x, memo), *items[i + 1:]) for i, x in enumerate(items)))
+    if kind is Alt:
+        return alt(*(non_empty(x, memo) for x in node.items))
+    return repeat(non_empty(node.item, memo), 1, node.max)
 
 
 # ---------------------------------------------------------------------------

@@ -22,7 +22,7 @@ Example:
 
 from __future__ import annotations
 
-from grammars.ast import Alt, ByteSet, Node, Ref, Repeat, Seq
+from grammars.ast import Alt, ByteSet, Node, Ref, Repeat, Seq, non_empty, repeat, surely_nullable
 
 __all__ = ["FragmentBuilder", "share", "REG", "FREE", "ENTER", "HEAD", "INC", "UNROLL_LIMIT", "SUBROUTINE_MIN"]
 
@@ -335,6 +335,10 @@ class FragmentBuilder:
         if type(node.item) is ByteSet and node.max is not None and bound <= _BYTE_UNROLL_LIMIT:
             return self._byte_repeat(node.item.mask, node.min, node.max, s)
         if bound > UNROLL_LIMIT and not (type(node.item) is ByteSet and node.max is None and node.min <= _BYTE_UNROLL_LIMIT):
+            if surely_nullable(node.item):
+                # item{m,n} = non_empty(item){0,n}: a counter bumped on empty rounds would
+                # make closures list every count (and, nested, every combination of counts)
+                return self._build(repeat(non_empty(node.item), 0, node.max), s)
             return self._counter_loop(node, s)
         for _ in range(node.min):
             s = self._build(node.item, s)

@@ -237,19 +237,22 @@ def test_utf8_sequences_cover_exactly() -> None:
             assert hit == (lo <= cp <= hi), hex(cp)
 
 
-def _random_node(rng: random.Random, names: list[str], d: int) -> Node:
+def _random_node(rng: random.Random, names: list[str], d: int, counted: bool = False) -> Node:
+    """A random grammar node. `counted`: more repeats, with bounds past the NFA's
+    unroll limit (counter loops), and no empty sequences or alternations."""
     k = rng.randrange(7 if d < 3 else 2)
     if k == 0:
         return byteset(rng.sample(b"abc", rng.randint(1, 2)))
     if k == 1:
-        return Ref(rng.choice(names)) if rng.random() < 0.7 else literal(b"a")
+        return Ref(rng.choice(names)) if rng.random() < (0.5 if counted else 0.7) else literal(b"a")
     if k == 2:
-        return seq(*[_random_node(rng, names, d + 1) for _ in range(rng.randint(0, 3))])
+        return seq(*[_random_node(rng, names, d + 1, counted) for _ in range(rng.randint(counted, 3))])
     if k == 3:
-        return alt(*[_random_node(rng, names, d + 1) for _ in range(rng.randint(0, 3))])
-    if k == 4:
-        lo = rng.randint(0, 2)
-        return repeat(_random_node(rng, names, d + 1), lo, rng.choice([None, lo, lo + 1, lo + 2]))
+        return alt(*[_random_node(rng, names, d + 1, counted) for _ in range(rng.randint(counted, 3))])
+    if k == 4 or counted:
+        lo = rng.randint(0, 7 if counted else 2)
+        hi = rng.choice([None, lo, lo + 1, lo + (5 if counted else 2)])
+        return repeat(_random_node(rng, names, d + 1, counted), lo, hi)
     if k == 5:
         return Repeat(_random_node(rng, names, d + 1), 0, None)  # possibly nullable loop body
     return EMPTY

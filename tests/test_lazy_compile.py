@@ -16,30 +16,16 @@ import pytest
 
 from constrained.compile import clear_cache, compile_json_schema, compile_regex
 from constrained.dfa_jit import load_kernels, native_dfa_class
-from grammars.ast import Grammar, Node, Ref, alt, byteset, literal, repeat, seq
+from grammars.ast import Grammar, Ref, alt, byteset, literal, repeat, seq
 from grammars.dfa import LazyDFA
 from grammars.errors import ConstraintError, StateBudgetError
 from grammars.json_schema import json_schema_grammar
 from grammars.nfa import NFA
 from grammars.regex import regex_grammar
-from tests.test_dfa import live_states, reference_match
+from tests.test_dfa import _random_node, live_states, reference_match
 
 CORPUS = Path(__file__).resolve().parent.parent / "bench" / "corpus"
 DFA_CLASSES = [LazyDFA] + ([native_dfa_class()] if native_dfa_class() else [])
-
-
-def _counted(rng: random.Random, names: list[str], d: int) -> Node:
-    k = rng.randrange(6 if d < 3 else 2)
-    if k == 0:
-        return byteset(rng.sample(b"abc", rng.randint(1, 2)))
-    if k == 1:
-        return Ref(rng.choice(names)) if rng.random() < 0.5 else literal(b"a")
-    if k == 2:
-        return seq(*[_counted(rng, names, d + 1) for _ in range(rng.randint(1, 3))])
-    if k == 3:
-        return alt(*[_counted(rng, names, d + 1) for _ in range(rng.randint(1, 3))])
-    lo = rng.randint(0, 7)                       # past UNROLL_LIMIT: counter loops, possibly nullable items
-    return repeat(_counted(rng, names, d + 1), lo, rng.choice([None, lo, lo + 1, lo + 5]))
 
 
 @pytest.mark.parametrize("cls", DFA_CLASSES, ids=lambda c: c.__name__)
@@ -48,7 +34,7 @@ def test_counter_loops_match_the_reference_and_stay_live(seed: int, cls: type) -
     """Counted repeats (with rule calls inside and around them) vs the reference matcher; every state live."""
     rng = random.Random(seed)
     names = [f"r{i}" for i in range(rng.randint(1, 2))]
-    g = Grammar({n: _counted(rng, names, 0) for n in names}, start=names[0])
+    g = Grammar({n: _random_node(rng, names, 0, counted=True) for n in names}, start=names[0])
     depth = rng.randint(0, 3)
     dfa = cls(g, max_depth=depth, max_states=20000)
     live, _ = live_states(dfa)
@@ -60,7 +46,8 @@ def test_counter_loops_match_the_reference_and_stay_live(seed: int, cls: type) -
 
 @pytest.mark.parametrize("cls", DFA_CLASSES, ids=lambda c: c.__name__)
 @pytest.mark.parametrize("pattern", [r"a{5,7}", r"(ab){3,9}c", r"[0-9]{1,100}", r"x(a{2,3}){3,5}y", r"(a?){5,8}b",
-                                     r"((ab){2,6}c){1,8}", r"(a{10,}b){2,5}", r"[A-F0-9]{881}", r"(\d{1,3}\.){3}\d{1,3}"])
+                                     r"((ab){2,6}c){1,8}", r"(a{10,}b){2,5}", r"[A-F0-9]{881}", r"(\d{1,3}\.){3}\d{1,3}",
+                                     r"(a?b?){5,}", r"((a?){2,7}b){3,9}"])
 def test_counted_regexes_agree_with_re(pattern: str, cls: type) -> None:
     dfa = cls(regex_grammar(pattern))
     rng = random.Random(pattern)
@@ -69,6 +56,20 @@ def test_counted_regexes_agree_with_re(pattern: str, cls: type) -> None:
     texts += ["".join(rng.choice("ab.c1") for _ in range(rng.randint(0, 20))) for _ in range(400)]
     for text in texts:
         assert dfa.matches(text.encode()) == (re.fullmatch(pattern, text) is not None), text
+
+
+@pytest.mark.parametrize("cls", DFA_CLASSES, ids=lambda c: c.__name__)
+def test_counted_repeats_of_nullable_items_stay_small(cls: type) -> None:
+    """r0 = ((r0{0,5}){7,}){2,3}: empty rounds of a counter used to make every
+    closure list every combination of counts (MemoryError); now a handful of states."""
+    r0 = repeat(repeat(repeat(Ref("r0"), 0, 5), 7, None), 2, 3)
+    g = Grammar({"r0": seq(r0, literal(b"a")), "r1": alt(r0, byteset(b"b"))}, start="r1")
+    dfa = cls(g, max_depth=3, max_states=500)
+    live, _ = live_states(dfa)
+    assert dfa.num_states < 50 and live == set(range(dfa.num_states))
+    for n in range(6):
+        for data in (b"a" * n, b"b", b"ab"):
+            assert dfa.matches(data) == reference_match(g, data, 3), data
 
 
 def _compile_time_states(schema: dict) -> tuple[int, int]:
@@ -228,7 +229,7 @@ def test_compiled_need_equals_the_python_fixpoint(path: Path, monkeypatch: pytes
 def test_compiled_need_on_random_counter_grammars(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     rng = random.Random(seed)
     names = [f"r{i}" for i in range(rng.randint(1, 3))]
-    g = Grammar({n: _counted(rng, names, 0) for n in names}, start=names[0])
+    g = Grammar({n: _random_node(rng, names, 0, counted=True) for n in names}, start=names[0])
     monkeypatch.setattr(NFA, "fast_need", False)
     monkeypatch.setattr(NFA, "need_kernel", staticmethod(load_kernels().compute_need))
     native = NFA(g, max_depth=3).need
