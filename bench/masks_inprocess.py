@@ -8,7 +8,7 @@ compile / TTFM / TBM percentiles and the most expensive cases (after an untimed
 warm-up on `bench.masks.WARMUP_SCHEMA`); `--profile`
 adds a cProfile table.
 
-Run: ``python -m bench.masks_inprocess [--tokenizer llama-bpe] [--schemas a b] [--profile]``
+Run: ``python -m bench.masks_inprocess [--corpus DIR] [--tokenizer llama-bpe] [--schemas a b] [--profile]``
 """
 
 from __future__ import annotations
@@ -69,7 +69,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(prog="python -m bench.masks_inprocess", description=__doc__.splitlines()[0])
     p.add_argument("--tokenizer", default="llama-bpe", choices=sorted(VOCABS))
+    p.add_argument("--corpus", default=str(DEFAULT_CORPUS), help="MaskBench-style folder (default: bench/corpus)")
     p.add_argument("--schemas", nargs="+", help="only these case names")
+    p.add_argument("--every", type=int, default=1, metavar="K", help="only every K-th case (a quick sample)")
     p.add_argument("--profile", action="store_true", help="print a cProfile table (sorted by own time)")
     args = p.parse_args(argv)
     tokenizer = hf_tokenizer(args.tokenizer)
@@ -80,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from constrained.compile import clear_cache, compile_json_schema
     compile_json_schema(WARMUP_SCHEMA, vocab).guide().allowed_token_ids()
     clear_cache()
-    cases = load_corpus(DEFAULT_CORPUS, args.schemas)
+    cases = load_corpus(args.corpus, args.schemas)[::args.every]
     prof = cProfile.Profile() if args.profile else None
     if prof:
         prof.enable()

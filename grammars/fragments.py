@@ -136,6 +136,9 @@ class FragmentBuilder:
             return self._subroutine(node, frag, s)
         mark = (s, self._count, len(self._eps_src), len(self._byte_src), len(self._call_src))
         if self.replay and id(node) in _SHARED:
+            tpl = _TEMPLATES.get(id(node))
+            if tpl is not None and tpl[0] >= SUBROUTINE_MIN and self.subroutines and not self._no_subs:
+                return self._subroutine(node, None, s)   # a large shared node: one body, from its first use
             t = self._build_shared(node, s)
         elif kind is Seq:
             t = self._build_seq(node.items, 0, len(node.items), s)
@@ -161,12 +164,13 @@ class FragmentBuilder:
         self._call_lo.append(lo)
         self._call_hi.append(hi)
 
-    def _subroutine(self, node: Node, frag: tuple[int, ...], s: int) -> int:
+    def _subroutine(self, node: Node, frag: tuple[int, ...] | None, s: int) -> int:
         """A FREE call from `s` to the subroutine of `node`.
 
-        Its body, a copy of the recorded fragment, is made after the grammar's
-        rules (`_pending`): made now, it would lie inside the fragment being
-        built, whose later copies would carry a dead copy of it.
+        Its body, a copy of the recorded fragment (`frag`; None: of the `share`d
+        node's template), is made after the grammar's rules (`_pending`): made
+        now, it would lie inside the fragment being built, whose later copies
+        would carry a dead copy of it.
         """
         rule = self._subs.get(node)
         if rule is None:

@@ -190,30 +190,25 @@ def string_not_in(words: Iterable[str]) -> Node:
         for ch in w:
             node = node.setdefault(ord(ch), {})
         node[None] = True
-    # A string outside the set either ends inside the trie at a non-word node
-    # (`_inside`), or leaves the trie at some node by a character no child
-    # has and then continues freely (`_exits`, followed by one shared any*).
-    return alt(_inside(trie), _exits(trie, _ANY_REST))
+    # A string outside the set either ends inside the trie at a non-word node,
+    # or leaves the trie at some node by a character no child has and then
+    # continues freely (one shared any*): one walk of the trie says both.
+    return _not_in(trie, _ANY_REST)
 
 
-def _inside(trie: dict) -> Node:
-    parts = [] if trie.get(None) else [EMPTY]
-    parts += [seq(json_char(((cp, cp),)), _inside(sub)) for cp, sub in sorted(_children(trie))]
-    return alt(*parts)
-
-
-def _exits(trie: dict, rest: Node) -> Node:
-    """Leave the trie at this node by a character no child has, then `rest`."""
+def _not_in(trie: dict, rest: Node) -> Node:
+    """End here (unless a word does), or take a child's character, or leave by another one, then `rest`."""
     children = sorted(cp for cp, _ in _children(trie))
+    parts = [] if trie.get(None) else [EMPTY]
     if children and children[-1] < 0x80:
         # names are mostly ASCII: "any other character" is the one shared non-ASCII node (a
         # subroutine of the NFA) plus a small ASCII class; each in its own sequence, since
         # `alt` would flatten them into a new large class per trie node
-        parts = [seq(NON_ASCII_CHAR, rest), seq(json_char(_minus(((0, 0x7F),), children)), rest)]
+        parts += [seq(NON_ASCII_CHAR, rest), seq(json_char(_minus(((0, 0x7F),), children)), rest)]
     else:
         others = _minus(ALL_CODEPOINTS, children)
-        parts = [seq(json_char(others), rest)] if others else []
-    parts += [seq(json_char(((cp, cp),)), _exits(sub, rest)) for cp, sub in sorted(_children(trie))]
+        parts += [seq(json_char(others), rest)] if others else []
+    parts += [seq(json_char(((cp, cp),)), _not_in(sub, rest)) for cp, sub in sorted(_children(trie))]
     return alt(*parts)
 
 

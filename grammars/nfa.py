@@ -158,7 +158,7 @@ class NFA(FragmentBuilder):
         self._call_hi: list[int] = []
         self._subs: dict[Node, int] = {}     # node -> its subroutine's rule index
         self._no_subs = 0                    # > 0 while recording a template (see `_build_shared`)
-        self._pending: list[tuple[int, tuple[int, ...], Node]] = []   # subroutine bodies to make
+        self._pending: list[tuple[int, tuple[int, ...] | None, Node]] = []   # subroutine bodies to make
         self._labels: dict[int, tuple[Node, str]] = dict(grammar.info.get("labels") or {})
         # (first state, end state, label): the states each labeled node built (see `origin`)
         self.origins: list[tuple[int, int, str]] = []
@@ -173,7 +173,7 @@ class NFA(FragmentBuilder):
             self.rule_end[i] = self._build(grammar.rules[name], start)
         for rule, frag, node in self._pending:      # subroutine bodies: copies, which make no new subroutines
             self.rule_start[rule] = start = self._new()
-            self.rule_end[rule] = self._copy(frag, start)
+            self.rule_end[rule] = self._build_shared(node, start) if frag is None else self._copy(frag, start)
             if id(node) in self._labels:
                 self.origins.append((start, self._count, self._labels[id(node)][1]))
         self._masks = frozenset(self._mask_id)
