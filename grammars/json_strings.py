@@ -25,7 +25,7 @@ from functools import lru_cache
 from typing import Iterable
 
 from grammars.ast import (
-    EMPTY, MAX_CODEPOINT, NOTHING, Node, alt, byteset, codepoints, literal, repeat, seq, star,
+    EMPTY, MAX_CODEPOINT, NOTHING, ByteSet, Node, alt, byteset, codepoints, literal, repeat, seq, star,
 )
 from grammars.json_numbers import fixed_range
 from grammars.fragments import share
@@ -156,6 +156,12 @@ _ONE_CHAR: dict[int, Node] = {}
 ANY_CHAR: Node = json_char(ALL_CODEPOINTS)
 NON_ASCII_CHAR: Node = json_char(((0x80, MAX_CODEPOINT),))
 _ANY_REST: Node = share(star(ANY_CHAR))
+# raw bytes of printable ASCII that need no escape; and "a character that is not printable
+# ASCII, or is an escaped quote or backslash, then any rest" (`string_not_in`)
+_RAW_PRINTABLE = sum(1 << b for b in range(0x20, 0x7F) if b not in (0x22, 0x5C))
+_LEAVE_UNPRINTABLE: Node = share(seq(alt(
+    json_char(((0, 0x1F), (0x7F, MAX_CODEPOINT))),
+    seq(literal(b"\\"), byteset(b'"\\'))), _ANY_REST))
 
 
 def any_string_body(min_length: int = 0, max_length: int | None = None) -> Node:
@@ -177,12 +183,19 @@ def string_literal(text: str) -> Node:
 def string_not_in(words: Iterable[str]) -> Node:
     """Bodies of all strings except `words` (complement of a finite set, via a trie).
 
+    While a string still spells the start of one of `words`, its printable
+    ASCII characters are written raw (`"` and `\\` as `\\"` and `\\\\`): an
+    escape such as `\\u0061` there is refused, not checked against the words.
+    JSON encoders never write those escapes, and the trie then needs a few NFA
+    states per node instead of ~35 (every `\\u00XX` spelling of every child).
+    Words with other characters keep the exact construction (every spelling).
+
     Example:
         >>> from grammars.dfa import LazyDFA
         >>> from grammars.ast import Grammar
         >>> dfa = LazyDFA(Grammar({"start": string_not_in(["a", "ab"])}))
-        >>> [dfa.matches(s) for s in (b"", b"a", b"ab", b"abc", b"b", b"\\\\u0061")]
-        [True, False, False, True, True, False]
+        >>> [dfa.matches(s) for s in (b"", b"a", b"ab", b"abc", b"b", b"\\u0061", b"a\\u00e9", b"\\u00e9")]
+        [True, False, False, True, True, False, True, True]
     """
     trie: dict = {}
     for w in words:
@@ -193,7 +206,19 @@ def string_not_in(words: Iterable[str]) -> Node:
     # A string outside the set either ends inside the trie at a non-word node,
     # or leaves the trie at some node by a character no child has and then
     # continues freely (one shared any*): one walk of the trie says both.
+    if all(_RAW_PRINTABLE >> ord(ch) & 1 for w in words for ch in w):
+        return _raw_not_in(trie)
     return _not_in(trie, _ANY_REST)
+
+
+def _raw_not_in(trie: dict) -> Node:
+    """`_not_in` for words of raw printable ASCII (see `string_not_in`)."""
+    kids = dict(_children(trie))
+    parts = [] if trie.get(None) else [EMPTY]
+    parts += [seq(byteset([cp]), _raw_not_in(kids[cp])) for cp in sorted(kids)]
+    others = _RAW_PRINTABLE & ~sum(1 << cp for cp in kids)
+    parts += [seq(ByteSet(others), _ANY_REST), _LEAVE_UNPRINTABLE]
+    return alt(*parts)
 
 
 def _not_in(trie: dict, rest: Node) -> Node:
@@ -201,9 +226,9 @@ def _not_in(trie: dict, rest: Node) -> Node:
     children = sorted(cp for cp, _ in _children(trie))
     parts = [] if trie.get(None) else [EMPTY]
     if children and children[-1] < 0x80:
-        # names are mostly ASCII: "any other character" is the one shared non-ASCII node (a
-        # subroutine of the NFA) plus a small ASCII class; each in its own sequence, since
-        # `alt` would flatten them into a new large class per trie node
+        # "any other character" is the one shared non-ASCII node (a subroutine of the NFA)
+        # plus a small ASCII class; each in its own sequence, since `alt` would flatten
+        # them into a new large class per trie node
         parts += [seq(NON_ASCII_CHAR, rest), seq(json_char(_minus(((0, 0x7F),), children)), rest)]
     else:
         others = _minus(ALL_CODEPOINTS, children)

@@ -92,8 +92,47 @@ def test_json_char_rejects_invalid(body):
 
 def test_string_not_in():
     automaton = dfa(string_not_in(["a", "ab", ""]))
-    assert [automaton.matches(s) for s in (b"", b"a", b"ab", b"abc", b"b", b"\\u0061", b"\\u0061c")] == [
-        False, False, False, True, True, False, True]
+    assert [automaton.matches(s) for s in (b"", b"a", b"ab", b"abc", b"b", b"\\u0061", b"\\u0061c", b"b\\u0061")] == [
+        False, False, False, True, True, False, False, True]
+
+
+# spellings of one character each: (JSON text, decoded character)
+_SPELLINGS = [("a", "a"), ("b", "b"), ("/", "/"), ("\\/", "/"), ("\\u0061", "a"), ("\\u0041", "A"), ("A", "A"),
+              ("é", "é"), ("\\u00e9", "é"), ("\\u00E9", "é"), ("\\n", "\n"), ("\\u000a", "\n"), ('\\"', '"'),
+              ("\\u0022", '"'), ("\\\\", "\\"), ("\\ud83d\\ude00", "\U0001F600"), ("\U0001F600", "\U0001F600")]
+
+
+def _not_in_oracle(words: list[str], spelled: list[tuple[str, str]]) -> bool:
+    """`string_not_in(words)` by its docstring: not a word, and (for printable-ASCII words)
+    printable ASCII is raw (`"` and `\\` short-escaped) while the text still starts a word."""
+    text = "".join(c for _, c in spelled)
+    if text in words:
+        return False
+    if not all(" " <= ch <= "~" and ch not in '"\\' for w in words for ch in w):
+        return True
+    prefix = ""
+    for spelling, ch in spelled:
+        if not any(w.startswith(prefix) for w in words):
+            break
+        if " " <= ch <= "~" and spelling != (ch if ch not in '"\\' else "\\" + ch):
+            return False
+        prefix += ch
+    return True
+
+
+@pytest.mark.parametrize("words", [["a"], ["ab", "a/b", "b"], ["", "aa", "ab", "A"], ["é", "ab"], ["a\nb", "b"],
+                                   ['a"b', "aa"], ["/", "//a"]])
+def test_string_not_in_against_its_oracle(words: list[str]) -> None:
+    import random
+
+    automaton = dfa(string_not_in(words))
+    rng = random.Random(repr(words))
+    cases = [[next(sp for sp in _SPELLINGS if sp[0] == ch) for ch in w] for w in words if "\n" not in w and '"' not in w]
+    cases += [[rng.choice(_SPELLINGS) for _ in range(rng.randint(0, 4))] for _ in range(1500)]
+    for spelled in cases:
+        body = "".join(sp for sp, _ in spelled)
+        assert json.loads('"' + body + '"') == "".join(c for _, c in spelled)
+        assert automaton.matches(body.encode()) == _not_in_oracle(words, spelled), body
 
 
 PATTERNS = ["^[a-z]+(-[0-9]{2,4})?$", "A[a-z]", "^(ab|c)*$", "x", "^.{2,}$"]
