@@ -32,7 +32,10 @@ if TYPE_CHECKING:
 
 __all__ = ["compile_regex", "compile_json_schema", "compile_grammar", "clear_cache"]
 
+# The cache keeps at most this many FSMs, holding at most this many bytes between them
+# (their memoized per-state masks and DFA tables, counted when a compile adds one).
 _CACHE_SIZE = 128
+CACHE_BYTES = 512 << 20
 # Budgets of every compiled constraint (keyword arguments of compile_*, `--max-states` in the CLI).
 MAX_STATES = 100_000
 _cache: "OrderedDict[Hashable, TokenFSM]" = OrderedDict()
@@ -115,6 +118,9 @@ def _cached(key: Hashable, build: Callable[[], TokenFSM]) -> TokenFSM:
         _cache.move_to_end(key)
         while len(_cache) > _CACHE_SIZE:
             _cache.popitem(last=False)
+        held = sum(f.held_bytes for f in _cache.values())
+        while held > CACHE_BYTES and len(_cache) > 1:   # the newest stays, whatever its size
+            held -= _cache.popitem(last=False)[1].held_bytes
     return fsm
 
 

@@ -163,6 +163,7 @@ class TokenFSM:
         self.initial = int(dfa.initial)
         self._use_slices = use_slices
         self._memo: dict[int, StateMasks] = {}
+        self._held = 0                            # bytes of the memoized tables when computed (see `held_bytes`)
         self._steps: dict = {}                    # per-state slice character steps (see slice_view)
         self._lock = threading.RLock()
         self._finished = StateMasks(_EMPTY, _EMPTY, None, True, self.index.eos_bitmask,
@@ -182,6 +183,7 @@ class TokenFSM:
                 if m is None:
                     m = self._compute(state)
                     self._memo[state] = m
+                    self._held += m.nbytes
         return m
 
     def allowed_token_ids(self, state: int) -> np.ndarray:
@@ -230,6 +232,12 @@ class TokenFSM:
     def nbytes(self) -> int:
         """Bytes held by the memoized per-state tables (not the shared vocabulary index)."""
         return sum(m.nbytes for m in list(self._memo.values()))
+
+    @property
+    def held_bytes(self) -> int:
+        """About `nbytes + dfa.nbytes`, in O(1): the per-state tables as first
+        computed (id lists materialized later are not counted) plus the DFA."""
+        return self._held + int(self.dfa.nbytes)
 
     # -- computation --------------------------------------------------------
 

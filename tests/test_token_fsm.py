@@ -309,6 +309,33 @@ def test_compile_cache_and_inputs(gpt2):
     assert gpt2.eos_token_ids[0] in g.allowed_token_ids()
 
 
+def test_compile_cache_is_bounded_by_bytes(gpt2, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The FSM cache evicts its oldest entries once they hold more than `CACHE_BYTES`; the newest stays."""
+    import constrained.compile as compile_module
+
+    def cached() -> list[TokenFSM]:
+        return list(compile_module._cache.values())
+
+    compile_module.clear_cache()
+    fsms = []
+    for n in range(4):
+        fsms.append(compile_regex(f"[a-z]{{{n + 1},40}}", gpt2))
+        fsms[-1].guide().allowed_token_ids()            # a visited state: its masks are held
+    assert cached() == fsms
+    held = [f.held_bytes for f in fsms]
+    assert held[0] >= fsms[0].nbytes > 0
+    budget = held[2] + held[3] + held[0] // 2
+    monkeypatch.setattr(compile_module, "CACHE_BYTES", budget)
+    newest = compile_regex("[0-9]{1,40}", gpt2)          # a miss: the oldest go until the rest fit
+    kept = cached()
+    assert kept[-1] is newest and fsms[0] not in kept and kept[:-1] == fsms[4 - len(kept) + 1:]
+    assert sum(f.held_bytes for f in kept) <= budget
+    monkeypatch.setattr(compile_module, "CACHE_BYTES", 1)
+    big = compile_regex("[0-9]{2,40}", gpt2)
+    assert cached() == [big] and compile_regex("[0-9]{2,40}", gpt2) is big   # the newest always stays
+    compile_module.clear_cache()
+
+
 def gpt2_encode(vocab: Vocabulary, text: str) -> list[int]:
     """Greedy longest-match segmentation (a valid, non-canonical tokenization)."""
     return segment(vocab, text.encode(), random.Random(0), greedy=True)
