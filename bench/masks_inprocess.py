@@ -73,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--schemas", nargs="+", help="only these case names")
     p.add_argument("--every", type=int, default=1, metavar="K", help="only every K-th case (a quick sample)")
     p.add_argument("--profile", action="store_true", help="print a cProfile table (sorted by own time)")
+    p.add_argument("--gc", action="store_true", help="time the cyclic GC's collections (gc.callbacks)")
     args = p.parse_args(argv)
     tokenizer = hf_tokenizer(args.tokenizer)
     vocab = Vocabulary.from_tokenizer(tokenizer)
@@ -86,6 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     prof = cProfile.Profile() if args.profile else None
     if prof:
         prof.enable()
+    pauses = _time_gc() if args.gc else None
     rows, masks = run(cases, tokenizer, vocab)
     if prof:
         prof.disable()
@@ -96,13 +98,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     compile_ms = np.array([r["compile_ms"] for r in rows])
     ttfm = np.array([r["ttfm_ms"] for r in rows])
     print(f"{len(rows)} schemas compiled; compile ms p50 {np.median(compile_ms):.2f} mean {compile_ms.mean():.2f} "
-          f"max {compile_ms.max():.1f}; TTFM ms p50 {np.median(ttfm):.2f} mean {ttfm.mean():.2f}")
+          f"max {compile_ms.max():.1f}; TTFM ms p50 {np.median(ttfm):.2f} p90 {np.percentile(ttfm, 90):.2f} "
+          f"p99 {np.percentile(ttfm, 99):.1f} max {ttfm.max():.1f}")
     if len(masks):
         print(f"{len(masks)} masks: mean {masks.mean() / 1e3:.1f} µs, p50 {np.median(masks) / 1e3:.1f}, "
-              f"p99 {np.percentile(masks, 99) / 1e3:.1f}")
+              f"p99 {np.percentile(masks, 99) / 1e3:.1f}, max {masks.max() / 1e3:.0f}")
+    if pauses is not None:
+        for gen in range(3):
+            ms = np.array([t for g, t in pauses if g == gen]) * 1e3
+            if len(ms):
+                print(f"GC generation {gen}: {len(ms)} collections, max {ms.max():.1f} ms, total {ms.sum():.0f} ms")
     for r in sorted(rows, key=lambda r: -(r["ttfm_ms"] + r["masks_ms"]))[:10]:
         print(f"  {r['case']:32s} compile {r['compile_ms']:7.1f} ms  masks {r['masks_ms']:7.1f} ms over {r['masks']}")
     return 0
+
+
+def _time_gc() -> list[tuple[int, float]]:
+    """(generation, seconds) of every collection of the cyclic GC from now on."""
+    import gc
+
+    pauses: list[tuple[int, float]] = []
+    start = [0.0]
+
+    def callback(phase: str, info: dict) -> None:
+        if phase == "start":
+            start[0] = time.perf_counter()
+        else:
+            pauses.append((info["generation"], time.perf_counter() - start[0]))
+
+    gc.callbacks.append(callback)
+    return pauses
 
 
 if __name__ == "__main__":

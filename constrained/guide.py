@@ -35,6 +35,9 @@ from constrained.token_fsm import FINISHED, TokenFSM
 __all__ = ["Guide"]
 
 
+_INT32 = np.dtype(np.int32)
+
+
 class Guide:
     """Cursor over a `TokenFSM`: advance, rollback, fork, masks.
 
@@ -65,11 +68,14 @@ class Guide:
     def advance(self, token_id: int) -> bool:
         """Read one token. Returns False, leaving the guide unchanged, if it is not allowed."""
         try:
-            tok = operator.index(token_id)
+            tok = operator.index(token_id)         # ints, numpy integers, integer 0-d arrays
         except TypeError:
+            item = getattr(token_id, "item", None)  # framework scalars (an mx.array of shape ())
             try:
-                tok = int(token_id)                # 0-d arrays / framework scalars
+                tok = operator.index(item()) if item is not None else None
             except (TypeError, ValueError):
+                tok = None                         # 51.9 is not token 51
+            if tok is None:
                 return False
         nxt = self.fsm.next_state(self._states[-1], tok)
         if nxt == -1:
@@ -109,14 +115,23 @@ class Guide:
         """Write the allowed-token mask into `buf`, an int32 row of ceil(vocab.size / 32) words.
 
         Bit i of word i // 32 is set iff token i is allowed (xgrammar's layout).
-        `buf` is a numpy array (or anything numpy can write through, e.g. a
-        CPU torch tensor's `.numpy()` view).
+        `buf` is a numpy array or a CPU torch tensor.
+
+        Raises:
+            ValueError: `buf` is not an int32 row of at least that many words.
         """
         mask = self.fsm.bitmask(self._states[-1])
-        if isinstance(buf, np.ndarray):
+        if type(buf) is np.ndarray and buf.dtype is _INT32 and buf.ndim == 1 and len(buf) >= len(mask):
             buf[: len(mask)] = mask               # a plain memcpy of ~16 KB for 128k tokens
-        else:
-            buf[...] = np.asarray(mask)
+            return
+        dtype, shape = str(getattr(buf, "dtype", type(buf).__name__)), tuple(getattr(buf, "shape", ()))
+        if not dtype.endswith("int32") or len(shape) != 1 or shape[0] < len(mask):
+            raise ValueError(f"fill_bitmask needs an int32 row of at least {len(mask)} words "
+                             f"(ceil(vocab size / 32)), got {dtype} of shape {shape}")
+        view = buf.numpy() if hasattr(buf, "numpy") else buf   # a CPU torch tensor: its numpy view
+        if not isinstance(view, np.ndarray):
+            raise TypeError(f"fill_bitmask writes into a numpy array or a CPU torch tensor, got {type(buf).__name__}")
+        view[: len(mask)] = mask
 
     def forced_tokens(self) -> tuple[int, ...]:
         """Token ids of the bytes forced from here (empty when several continuations are possible)."""

@@ -206,7 +206,21 @@ def test_guide_rejects_bad_tokens_unchanged(gpt2, tokenizer):
         assert g.advance(bad) is False
     assert (g.state, g.num_tokens) == before[:2]
     assert np.array_equal(g.allowed_token_ids(), before[2])
-    assert g.advance(np.int64(encode(tokenizer("gpt-2"), "3")[0]))   # numpy scalars are fine
+    three = encode(tokenizer("gpt-2"), "3")[0]
+    assert g.advance(three + 0.9) is False and g.advance(np.float64(three)) is False   # 51.9 is not token 51
+    assert (g.state, g.num_tokens) == before[:2]
+    assert g.advance(np.int64(three)) and g.advance(np.array(three))   # numpy integers are fine
+    g.rollback(2)
+    ok = np.zeros((gpt2.size + 31) // 32, np.int32)
+    g.fill_bitmask(ok)
+    assert np.array_equal(np.flatnonzero(np.unpackbits(ok.view(np.uint8), bitorder="little")), g.allowed_token_ids())
+    for bad in (np.zeros(len(ok), np.float32), np.zeros(len(ok) - 1, np.int32), np.zeros((2, len(ok)), np.int32)):
+        with pytest.raises(ValueError, match=rf"int32 row of at least {len(ok)} words"):
+            g.fill_bitmask(bad)
+    torch = pytest.importorskip("torch")
+    row = torch.zeros(len(ok), dtype=torch.int32)
+    g.fill_bitmask(row)                                   # a CPU tensor is written through its numpy view
+    assert np.array_equal(row.numpy(), ok)
 
 
 def test_fork_and_rollback(gpt2, tokenizer):
