@@ -42,6 +42,19 @@ class IncompatibleVocabularyError(ConstraintError):
         suffix = f" needed by {what}" if what else ""
         super().__init__(f"no token of the vocabulary can spell the byte(s) {shown}{more}{suffix}")
 
+    @classmethod
+    def width(cls, vocab_size: int, columns: int) -> "IncompatibleVocabularyError":
+        """Logits narrower than the constraint's vocabulary: another model's tokenizer.
+
+        Example:
+            >>> str(IncompatibleVocabularyError.width(50257, 32000))[:60]
+            'the constraint was compiled for a vocabulary of 50257 token'
+        """
+        err = cls([])
+        ConstraintError.__init__(err, f"the constraint was compiled for a vocabulary of {vocab_size} tokens, but the "
+                                      f"logits have {columns} columns: compile it with this model's tokenizer")
+        return err
+
 
 class BackendUnavailableError(ImportError):
     """A backend's framework is not installed.

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from constrained.errors import IncompatibleVocabularyError
+
 if TYPE_CHECKING:  # pragma: no cover
     import mlx.core as mx
     import torch
@@ -177,6 +179,7 @@ class MLXLogitsProcessor:
 
     def __init__(self, fsm: TokenFSM) -> None:
         self.cursor = ConstraintCursor(fsm)
+        self.vocab_size = fsm.vocab.size
         self.words = (fsm.vocab.size + 31) // 32
         self._masks = _mlx_mask_cache(fsm)
 
@@ -189,6 +192,8 @@ class MLXLogitsProcessor:
         self.cursor.reset()
 
     def __call__(self, tokens: mx.array, logits: mx.array) -> mx.array:
+        if logits.shape[-1] < self.vocab_size:
+            raise IncompatibleVocabularyError.width(self.vocab_size, logits.shape[-1])
         cursor = self.cursor
         cursor.sync(tokens.size, lambda start: tokens[start:].tolist())
         key = (cursor.mask_state(), logits.shape, logits.dtype)
@@ -360,6 +365,8 @@ def hf_logits_processor(constraints: Sequence[Any] | Any, tokenizer: Any, *, reg
             import torch
 
             rows, length = input_ids.shape
+            if scores.shape[-1] < fsms[0].vocab.size:
+                raise IncompatibleVocabularyError.width(fsms[0].vocab.size, scores.shape[-1])
             if len(self.cursors) != rows:
                 self.cursors = [ConstraintCursor(f) for f in _expand(fsms, rows)]
             packed = np.empty((rows, self.words), dtype=np.int32)

@@ -133,7 +133,7 @@ class Vocabulary:
         """
         table, found_eos, special = read_tokenizer(tokenizer)
         eos = found_eos if eos_token_ids is None else eos_token_ids
-        if not eos:
+        if not eos and eos_token_ids is None:
             raise ValueError(
                 f"no EOS token id found on {type(tokenizer).__name__}; pass eos_token_ids=[...] explicitly"
             )
@@ -160,6 +160,9 @@ class Vocabulary:
         # A token spelling b"" could be emitted forever without advancing the text.
         table = [None if b == b"" else b for b in table]
         eos = list(eos_token_ids)
+        if not eos:
+            raise ValueError("eos_token_ids is empty: a constrained generation could never end "
+                             "(the mask after a complete match would allow no token); pass at least one id")
         bad = [e for e in eos if not isinstance(e, (int, np.integer)) or not 0 <= e < size]
         if bad:
             raise ValueError(f"EOS token id {bad[0]!r} is outside the vocabulary of size {size}")

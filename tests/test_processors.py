@@ -24,6 +24,7 @@ from constrained.processors import (
     mlx_processor,
     vocabulary_for,
 )
+from constrained.errors import IncompatibleVocabularyError
 from constrained.vocab import Vocabulary
 from tests.tiny_lms import hf_model, hf_tokenizer, mlx_model
 
@@ -295,3 +296,18 @@ def test_hf_processor_rejects_mismatched_batch() -> None:
     proc = hf_logits_processor([ENUM, ENUM, ENUM], tok)
     with pytest.raises(ValueError, match="3 constraints for a batch of 4 rows"):
         proc(torch.zeros((4, 2), dtype=torch.long), torch.zeros((4, 32000)))
+
+
+def test_processors_refuse_logits_narrower_than_their_vocabulary(hf_tok) -> None:
+    """A gpt-2 constraint (50,257 tokens) on a llama model's logits (32,000) is an error naming both, not a cut."""
+    import mlx.core as mx
+    import torch
+
+    gpt2 = hf_tok("gpt-2")
+    proc = mlx_processor(ENUM, gpt2)
+    with pytest.raises(IncompatibleVocabularyError, match="vocabulary of 50257 tokens, but the logits have 32000 columns"):
+        proc(mx.array([1, 2]), mx.zeros((1, 32000)))
+    assert proc(mx.array([1, 2]), mx.zeros((1, 50304))).shape == (1, 50304)   # padded rows are fine
+    hf = hf_logits_processor(ENUM, gpt2)
+    with pytest.raises(IncompatibleVocabularyError, match="50257 tokens, but the logits have 32000 columns"):
+        hf(torch.zeros((1, 2), dtype=torch.long), torch.zeros((1, 32000)))

@@ -95,6 +95,14 @@ def test_several_eos_ids(hf_tok: Any) -> None:
     assert vocab.eos_token_ids == tuple(sorted({eot, end}))
 
 
+def test_empty_eos_is_refused(hf_tok: Any) -> None:
+    """Without EOS the mask after a complete match would be empty (an all -inf row): refused up front."""
+    with pytest.raises(ValueError, match="eos_token_ids is empty: a constrained generation could never end"):
+        Vocabulary.from_tokenizer(hf_tok("llama-bpe"), eos_token_ids=[])
+    with pytest.raises(ValueError, match="eos_token_ids is empty"):
+        Vocabulary.from_token_bytes([b"a", b"b"], eos_token_ids=[])
+
+
 def test_mlx_tokenizer_wrapper_with_several_eos(hf_tok: Any, vocabulary: Callable[[str], Vocabulary]) -> None:
     tokenizer_utils = pytest.importorskip("mlx_lm.tokenizer_utils")
     tok = hf_tok("llama-bpe")
