@@ -5,6 +5,7 @@ from __future__ import annotations
 from constrained.errors import (
     BackendUnavailableError,
     ConstraintError,
+    EmptyConstraintError,
     IncompatibleVocabularyError,
     InvalidSchemaError,
     RegexSyntaxError,
@@ -47,6 +48,7 @@ __all__ = [
     "GenerationRequest",
     "BackendUnavailableError",
     "ConstraintError",
+    "EmptyConstraintError",
     "IncompatibleVocabularyError",
     "InvalidSchemaError",
     "RegexSyntaxError",

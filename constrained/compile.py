@@ -22,7 +22,7 @@ import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable, Hashable
 
-from constrained.errors import InvalidSchemaError
+from constrained.errors import EmptyConstraintError, InvalidSchemaError
 from constrained.token_fsm import TokenFSM
 from grammars.deep import deep_call
 from grammars.nfa import gc_paused
@@ -92,7 +92,10 @@ def compile_grammar(grammar, vocab: "Vocabulary", *, max_states: int = MAX_STATE
     dfa_class = native_dfa_class() or LazyDFA
     # recursive grammars (JSON schema) say how deep their rule calls may nest
     max_depth = grammar.info.get("max_depth", 64)
-    return TokenFSM(dfa_class(grammar, max_states=max_states, max_depth=int(max_depth)), vocab)
+    dfa = dfa_class(grammar, max_states=max_states, max_depth=int(max_depth))
+    if dfa.is_empty:       # not the vocabulary's fault: say so before any token is looked at
+        raise EmptyConstraintError(grammar.info.get("kind", "constraint"), grammar.info.get("empty_at"))
+    return TokenFSM(dfa, vocab)
 
 
 def clear_cache() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from grammars.errors import (
     ConstraintError,
+    EmptyConstraintError,
     InvalidSchemaError,
     RegexSyntaxError,
     StateBudgetError,
@@ -17,6 +18,7 @@ from grammars.errors import (
 
 __all__ = [
     "ConstraintError",
+    "EmptyConstraintError",
     "InvalidSchemaError",
     "RegexSyntaxError",
     "StateBudgetError",

@@ -13,6 +13,7 @@ __all__ = [
     "UnsupportedRegexError",
     "RegexSyntaxError",
     "StateBudgetError",
+    "EmptyConstraintError",
 ]
 
 
@@ -98,3 +99,21 @@ class StateBudgetError(ConstraintError):
         at = f" (growing at {where})" if where else ""
         fix = f"raise `{option}` or simplify the constraint" if option else "simplify the constraint"
         super().__init__(f"{what} needs more than {budget} {unit}{at}; {fix}")
+
+
+class EmptyConstraintError(ConstraintError):
+    """The constraint matches nothing: no JSON value satisfies the schema, or no string the regex.
+
+    Attributes:
+        where: JSON paths of subschemas that match no value (innermost first), when known.
+
+    Example:
+        >>> str(EmptyConstraintError("JSON schema", ["$.properties.n"]))
+        'this JSON schema matches nothing: no JSON value satisfies it (subschemas matching nothing: $.properties.n)'
+    """
+
+    def __init__(self, what: str = "constraint", where: list[str] | None = None) -> None:
+        self.what, self.where = what, list(dict.fromkeys(where or []))
+        value = {"JSON schema": "JSON value", "regex": "string"}.get(what, "text")
+        at = f" (subschemas matching nothing: {', '.join(self.where[:3])})" if self.where else ""
+        super().__init__(f"this {what} matches nothing: no {value} satisfies it{at}")

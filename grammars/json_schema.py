@@ -119,7 +119,8 @@ def json_schema_grammar(
     body = c.root_node()
     rules = {"start": seq(c.ws.around, body, c.ws.around), **c.rules}
     info = {"max_depth": max_recursion_depth + max_any_depth + 1, "whitespace": policy, "labels": c.labels,
-            "max_recursion_depth": max_recursion_depth, "max_any_depth": max_any_depth}
+            "max_recursion_depth": max_recursion_depth, "max_any_depth": max_any_depth,
+            "kind": "JSON schema", "empty_at": c.empty}
     return Grammar(rules, "start", info, check_refs=False)     # the compiler defines every rule it refers to
 
 
@@ -150,6 +151,7 @@ class Compiler:
         # id(node) -> (node, JSON path): where each part of the grammar comes from (see `grammars.nfa`)
         self.labels: dict[int, tuple[Node, str]] = {}
         self._depth = 0                          # nesting of `node` calls (see MAX_NESTING)
+        self.empty: list[str] = []               # paths of subschemas that match nothing, innermost first
 
     # -- entry points -----------------------------------------------------------
 
@@ -168,6 +170,8 @@ class Compiler:
             out = self._node(s, path, base)
         finally:
             self._depth -= 1
+        if out == NOTHING and len(self.empty) < 8:
+            self.empty.append(path)
         # parents flatten sequences (`seq`), so a sequence's own items are labeled too
         for part in (out, *(out.items if type(out) is Seq else ())):
             if type(part) in (Seq, Alt, Repeat) and id(part) not in self.labels:

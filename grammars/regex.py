@@ -81,7 +81,7 @@ def regex_grammar(pattern: str, *, flags: int = 0) -> Grammar:
         'start'
     """
     node = regex_node(pattern, flags=flags)
-    return Grammar({"start": node}, info={"labels": {id(node): (node, f"regex {pattern!r}")}})
+    return Grammar({"start": node}, info={"labels": {id(node): (node, f"regex {pattern!r}")}, "kind": "regex"})
 
 
 def regex_node(

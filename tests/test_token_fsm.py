@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from constrained.compile import compile_json_schema, compile_regex
-from constrained.errors import IncompatibleVocabularyError
+from constrained.errors import ConstraintError, EmptyConstraintError, IncompatibleVocabularyError
 from constrained.slices import equivalent as equivalent_states
 from constrained.token_fsm import TokenFSM
 from constrained.vocab import Vocabulary
@@ -304,6 +304,28 @@ def test_incompatible_vocabulary():
         compile_regex(r"x[ab]*", vocab)
     assert err.value.missing == [ord("x")]
     assert compile_regex(r"(ab)*", vocab).guide().allowed_token_ids().tolist() == [0, 2, 3]
+
+
+@pytest.mark.parametrize("schema, where", [
+    ({"type": "integer", "minimum": 10, "maximum": 5}, "$"),
+    ({"type": "string", "minLength": 5, "maxLength": 2}, "$"),
+    ({"enum": []}, "$"),
+    (False, "$"),
+    ({"allOf": [{"type": "string"}, {"type": "integer"}]}, "$"),
+    ({"type": "object", "properties": {"a": {"type": "integer", "minimum": 3, "maximum": 1}}, "required": ["a"]},
+     "$.properties.a, $"),
+])
+def test_unsatisfiable_schemas_say_so_with_the_path(gpt2, schema, where):
+    """Not `IncompatibleVocabularyError` with an empty byte list: the schema is at fault, and where."""
+    with pytest.raises(EmptyConstraintError) as err:
+        compile_json_schema(schema, gpt2)
+    assert str(err.value) == f"this JSON schema matches nothing: no JSON value satisfies it (subschemas matching nothing: {where})"
+    assert isinstance(err.value, ConstraintError) and not isinstance(err.value, IncompatibleVocabularyError)
+
+
+def test_empty_regex_says_so(gpt2):
+    with pytest.raises(EmptyConstraintError, match=r"^this regex matches nothing: no string satisfies it$"):
+        compile_regex(r"a$b", gpt2)
 
 
 def test_compile_cache_and_inputs(gpt2):
