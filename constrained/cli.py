@@ -125,6 +125,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--strict", action="store_true", help="schemas: missing additionalProperties means false")
     g.add_argument("--whitespace", choices=["default", "compact"], default="default",
                    help="schemas: whitespace allowed between JSON tokens (always bounded)")
+    g.add_argument("--ascii", action="store_true",
+                   help="regexes: \\d, \\w, \\s and \\b match ASCII only (re.ASCII); by default they follow "
+                        "Python's Unicode semantics, so \\d also matches digits such as '١' or '３'")
     from constrained.compile import MAX_STATES
 
     g.add_argument("--max-states", type=_positive_int, default=MAX_STATES, metavar="N",
@@ -207,7 +210,7 @@ def _constraint(schema: Any, regex: Any, args: argparse.Namespace, where: str | 
             regex_grammar(regex)
         except ConstraintError as e:
             raise UsageError(f"{where}: bad regex {regex!r}: {e}") from None
-        return {"regex": regex, "options": {"max_states": args.max_states}}
+        return {"regex": regex, "options": {"max_states": args.max_states, **({"ascii": True} if args.ascii else {})}}
     if schema is None:
         return {}  # unconstrained
     where = where or "--schema"

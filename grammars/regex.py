@@ -73,14 +73,18 @@ _UNSUPPORTED = {
 }
 
 
-def regex_grammar(pattern: str, *, flags: int = 0) -> Grammar:
+def regex_grammar(pattern: str, *, flags: int = 0, ascii: bool = False) -> Grammar:
     """Grammar whose start rule full-matches the Python regex `pattern`.
+
+    `\\d`, `\\w`, `\\s` and `\\b` follow Python's Unicode semantics, as `re`
+    does (`\\d` matches "١" and "３" too); `ascii=True` makes them ASCII-only,
+    like `re.ASCII` (the same as `flags=re.ASCII`).
 
     Example:
         >>> regex_grammar("ab?").start
         'start'
     """
-    node = regex_node(pattern, flags=flags)
+    node = regex_node(pattern, flags=flags | (re.ASCII if ascii else 0))
     return Grammar({"start": node}, info={"labels": {id(node): (node, f"regex {pattern!r}")}, "kind": "regex"})
 
 

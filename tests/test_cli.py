@@ -49,6 +49,18 @@ def test_regex_and_schema_file(capsys: pytest.CaptureFixture[str], tmp_path: Pat
     assert code == 0 and json.loads(lines[0]) in ("red", "green")
 
 
+def test_ascii_makes_regex_classes_ascii_only(capsys: pytest.CaptureFixture[str], vocabulary) -> None:
+    """`\\d` is Unicode by default (as in `re`), ASCII with --ascii / ascii=True."""
+    from constrained.compile import compile_regex
+
+    vocab = vocabulary("llama-bpe")
+    wide = [i for i, b in enumerate(vocab.token_bytes) if b in ("３".encode(), "١".encode())]
+    assert wide and all(w in compile_regex(r"\d{3}", vocab).guide().allowed_token_ids() for w in wide)
+    assert not set(wide) & set(compile_regex(r"\d{3}", vocab, ascii=True).guide().allowed_token_ids().tolist())
+    code, lines, _ = _run(capsys, "--regex", r"\d{3}-\d{4}", "--ascii", "--prompt", "Phone:", "-n", "4", "--seed", "1")
+    assert code == 0 and len(lines) == 4 and all(re.fullmatch(r"\d{3}-\d{4}", s, re.ASCII) for s in lines), lines
+
+
 def test_max_states_is_settable_and_a_budget_error_ends_only_that_sample(capsys: pytest.CaptureFixture[str]) -> None:
     code, lines, err = _run(capsys, "--regex", "[a-z]{0,1000}", "--prompt", "x", "-n", "2", "--seed", "0",
                             "--max-tokens", "40", "--max-states", "12")
