@@ -103,8 +103,18 @@ def _bench(argv: list[str]) -> int:
         return e.code if isinstance(e.code, int) else EXIT_USAGE
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("constrained")
+    except PackageNotFoundError:               # a source tree that was not installed
+        return "(not installed)"
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="constrained", description="Schema- and regex-constrained generation.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
     sub.add_parser("bench", help="benchmark suites: masks, decode, cache (see bench/README.md)")
     g = sub.add_parser("generate", help="generate text that matches a JSON schema or a regex")
@@ -117,11 +127,16 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--chat", action="store_true", help="apply the tokenizer's chat template to the prompt")
     g.add_argument("--input", help="JSONL file of requests: {prompt, schema?|regex?, n?, max_tokens?, ...}")
     g.add_argument("--output", help="JSONL file for the results of --input (default: stdout)")
-    g.add_argument("-n", type=int, default=1, help="samples per prompt")
-    g.add_argument("--max-tokens", type=int, default=256)
-    g.add_argument("--temperature", type=float, default=1.0)
-    g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--seed", type=int, default=None)
+    g.add_argument("-n", type=int, default=1, help="samples per prompt (default: %(default)s)")
+    g.add_argument("--max-tokens", type=int, default=256,
+                   help="tokens per sample at most; a sample cut there has status 'max_tokens' (default: %(default)s)")
+    g.add_argument("--temperature", type=float, default=1.0,
+                   help="sampling temperature; 0 is greedy (default: %(default)s)")
+    g.add_argument("--top-p", type=float, default=1.0,
+                   help="nucleus sampling: keep the smallest set of allowed tokens with this much probability "
+                        "(default: %(default)s, all)")
+    g.add_argument("--seed", type=int, default=None,
+                   help="random seed (default: none, a fresh one per run)")
     g.add_argument("--strict", action="store_true", help="schemas: missing additionalProperties means false")
     g.add_argument("--whitespace", choices=["default", "compact"], default="default",
                    help="schemas: whitespace allowed between JSON tokens (always bounded)")

@@ -135,6 +135,18 @@ def test_bad_jsonl_line(capsys: pytest.CaptureFixture[str], tmp_path: Path, line
     assert code == 2 and err.count("\n") == 1 and message in err, err
 
 
+def test_version_and_help_show_defaults() -> None:
+    import constrained
+
+    proc = subprocess.run([sys.executable, "-m", "constrained", "--version"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == f"constrained {constrained.__version__}"
+    proc = subprocess.run([sys.executable, "-m", "constrained", "generate", "--help"], capture_output=True, text=True,
+                          timeout=120)
+    for flag, default in [("-n N", "1"), ("--max-tokens", "256"), ("--temperature", "1.0"), ("--top-p", "1.0")]:
+        block = proc.stdout[proc.stdout.index(f"  {flag}"):].split("\n  -")[0]
+        assert f"(default: {default}" in " ".join(block.split()), block
+
+
 def test_module_entry_point_reports_errors_without_traceback() -> None:
     proc = subprocess.run([sys.executable, "-m", "constrained", "generate", "--regex", "a(?<=b)", "--prompt", "x"],
                           capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[1])
