@@ -185,8 +185,9 @@ def _run_masks(args: argparse.Namespace, emit: Callable[[dict], None], say: Call
     say(f"isolation: {worker}; limits per (engine, schema): {args.time_limit:g}s, +{args.mem_limit_gb:g} GiB "
         f"address space; wall {time.perf_counter() - t0:.0f}s\n")
     say(masks_summary(records, engines))
-    say("\nHead to head (ratios < 1: ours is faster):\n")
-    say(masks_head_to_head(records))
+    if len({r["engine"] for r in records}) > 1:
+        say("\nHead to head (ratios < 1: ours is faster):\n")
+        say(masks_head_to_head(records))
     say("\nFailures and disagreements with " + ("Python's re" if args.suite == "regex" else "jsonschema") + ":\n")
     say(masks_disagreements(records))
     return 0

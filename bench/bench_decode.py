@@ -254,7 +254,7 @@ def _batch_runner(model: Any, prompt: list[int], make: Callable[[], Any] | None,
 
 
 def bench_mlx_lm(model: Any, tok: Any, batch: int, tokens: int, reps: int,
-                 skipped: Callable[[str, str], None]) -> dict[str, dict[str, Any]]:
+                 skipped: Callable[[str, str], None], peers: bool = True) -> dict[str, dict[str, Any]]:
     """mlx-lm's loop (generate_step at batch 1, BatchGenerator above): none vs ours vs the peers."""
     from constrained.processors import mlx_processor
 
@@ -262,7 +262,7 @@ def bench_mlx_lm(model: Any, tok: Any, batch: int, tokens: int, reps: int,
     vocab_size = int(model.model.embed_tokens.weight.shape[0])
     makers: dict[str, Callable[[], Any] | None] = {
         "none": None, "schema": lambda: mlx_processor(SCHEMA, tok, whitespace="compact")}
-    for name, factory in _peer_processors(tok, vocab_size).items():
+    for name, factory in (_peer_processors(tok, vocab_size) if peers else {}).items():
         if isinstance(factory, str):
             skipped(f"schema_{name}", factory)
         else:
@@ -310,6 +310,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--batches", type=int, nargs="+", default=[1, 8])
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--no-peers", dest="peers", action="store_false", help="only ours (no xgrammar, ... rows)")
     args = p.parse_args(argv)
 
     from backends.mlx import MLXLM
@@ -328,7 +329,7 @@ def main(argv: list[str] | None = None) -> None:
                     def skipped(name: str, why: str) -> None:
                         _emit(engine=engine, batch=batch, constraint=name, skipped=why, **extra)
 
-                    results = bench_mlx_lm(model, tok, batch, args.tokens, args.reps, skipped)
+                    results = bench_mlx_lm(model, tok, batch, args.tokens, args.reps, skipped, args.peers)
                     _report(engine, batch, results, check, **extra)
                 if "constrained" in args.loops:
                     _report("constrained", batch, bench_constrained(lm, batch, args.tokens, args.reps), check, **extra)

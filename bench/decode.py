@@ -201,7 +201,7 @@ def _run_mlx_part(args: Any, emit: Callable[[dict], None], say: Callable[[str], 
 
     argv = ["--tokens", str(args.max_tokens), "--reps", str(args.reps), "--batches", *map(str, args.batch_sizes),
             "--vocabs", *getattr(args, "vocabs", ["llama-spm", "llama-bpe"]),
-            "--shapes", *getattr(args, "shapes", ["tiny"])]
+            "--shapes", *getattr(args, "shapes", ["tiny"])] + ([] if args.peers else ["--no-peers"])
     with contextlib.redirect_stdout(_Lines(sink)):
         bench_decode.main(argv)
     say(f"\n## decode, MLX (bench/bench_decode.py): random llama models, {args.max_tokens} tokens per row, "

@@ -183,3 +183,14 @@ def test_engines_take_turns_schema_by_schema(tmp_path, hf_tok, vocabulary):
     with pytest.raises(ValueError, match="order"):
         run_masks(load_corpus(tmp_path), engines, tok, vocab, ["compact"], time_limit=1, mem_limit=1 << 30,
                   emit=print, order="random")
+
+
+def test_masks_without_peers_prints_no_head_to_head(tmp_path, capsys):
+    """`--engines ours` alone: the summary table, and no empty head-to-head table."""
+    from bench.__main__ import main
+
+    _write(tmp_path, "flag", {"type": "boolean"}, [{"data": True, "valid": True}, {"data": 1, "valid": False}])
+    assert main(["masks", "--engines", "ours", "--corpus", str(tmp_path), "--tokenizer", "gpt-2",
+                 "--jsonl", str(tmp_path / "out.jsonl")]) == 0
+    out = capsys.readouterr().out
+    assert "| ours 0.1.0 |" in out and "Head to head" not in out
