@@ -258,20 +258,23 @@ class TokenTrie:
         self._prune_all()
 
     def evict_to(self, max_bytes: int) -> int:
-        """Evict least-recently-used payloads until at most `max_bytes` are held; returns bytes freed."""
+        """Evict least-recently-used payloads until at most `max_bytes` are held; returns bytes freed.
+
+        O(what it evicts), amortized: it pops from the old end of the LRU. A KV
+        segment other segments build on is evicted after them: met first, it
+        goes to the recent end (it is in use through its dependents).
+        """
         before = self._nbytes
-        while self._nbytes > max_bytes:
-            freed_any = False
-            for key in list(self._lru):
-                if self._nbytes <= max_bytes:
-                    break
-                node = self._lru.get(key)
-                if node is None or (key[0] == _KV and node.dependents > 0):
-                    continue  # a base others build on: evicted only after its dependents
-                self._evict(key, node)
-                freed_any = True
-            if not freed_any:
-                break
+        lru = self._lru
+        skipped = 0
+        while self._nbytes > max_bytes and lru and skipped <= len(lru):
+            key, node = next(iter(lru.items()))
+            if key[0] == _KV and node.dependents > 0:
+                lru.move_to_end(key)
+                skipped += 1
+                continue
+            self._evict(key, node)
+            skipped = 0
         return before - self._nbytes
 
     def _enforce_budget(self) -> None:
