@@ -15,7 +15,10 @@ so the output is valid for the constraint but its content is meaningless.
 
 Bad input (a missing file, invalid JSON, an unsupported schema keyword, a bad
 regex, a bad number) prints one line on stderr and exits with status 2, never
-a traceback.
+a traceback. In batch mode (``--input``) a bad line instead gets an error row
+(``{"line", "prompt", "samples": [], "error"}``), the other lines are
+generated, and the exit status is 1; ``--fail-fast`` stops at the first bad
+line with status 2, before the model is loaded.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
@@ -125,7 +129,11 @@ def _parser() -> argparse.ArgumentParser:
     src.add_argument("--regex", help="regular expression the whole output must match")
     g.add_argument("--prompt", help="prompt text")
     g.add_argument("--chat", action="store_true", help="apply the tokenizer's chat template to the prompt")
-    g.add_argument("--input", help="JSONL file of requests: {prompt, schema?|regex?, n?, max_tokens?, ...}")
+    g.add_argument("--input", help="JSONL file of requests, one object per line with the keys prompt (required), "
+                                   "schema or regex, n, max_tokens, temperature, top_p, seed, chat; a bad line "
+                                   "gets an error row and the others go on")
+    g.add_argument("--fail-fast", action="store_true",
+                   help="with --input: stop (exit 2) at the first bad line, before loading the model")
     g.add_argument("--output", help="JSONL file for the results of --input (default: stdout)")
     g.add_argument("-n", type=int, default=1, help="samples per prompt (default: %(default)s)")
     g.add_argument("--max-tokens", type=int, default=256,
@@ -166,7 +174,14 @@ def _positive_int(text: str) -> int:
 
 
 def _run_generate(args: argparse.Namespace) -> int:
-    requests = _requests(args)  # every input check happens before the (slow) model load
+    items = _requests(args)  # every input check happens before the (slow) model load
+    bad = [item for _, item in items if isinstance(item, _BadLine)]
+    for line in bad:
+        print(f"constrained: error: {line.error}", file=sys.stderr)
+    requests = [item for _, item in items if not isinstance(item, _BadLine)]
+    if not requests:                           # nothing to generate: no model to load
+        _write_results(args, items, [])
+        return 1
     started = time.perf_counter()
     model, note = _load_model(args)
     load_s = time.perf_counter() - started
@@ -178,12 +193,21 @@ def _run_generate(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     results = generate_batch(model, requests, progress=args.input is not None)
     elapsed = time.perf_counter() - started
-    status = _write_results(args, requests, results)
+    status = _write_results(args, items, results)
     _print_summary(results, elapsed, load_s, model, stats_before)
-    return status
+    return 1 if bad else status
 
 
-def _requests(args: argparse.Namespace) -> list[Any]:
+@dataclass
+class _BadLine:
+    """An --input line that is not a valid request: written as an error row, the other lines go on."""
+
+    prompt: Any
+    error: str
+
+
+def _requests(args: argparse.Namespace) -> list[tuple[int | None, Any]]:
+    """(input line number, request or `_BadLine`) per request; single mode: one, numbered None."""
     from constrained.generate import GenerationRequest
 
     common = dict(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
@@ -191,14 +215,22 @@ def _requests(args: argparse.Namespace) -> list[Any]:
     if args.input:
         if args.prompt is not None:
             raise UsageError("give --prompt or --input, not both")
-        return [_request_from_line(line, i, args, common) for i, line in _read_lines(args.input)]
+        items: list[Any] = []
+        for i, line in _read_lines(args.input):
+            try:
+                items.append((i, _request_from_line(line, i, args, common)))
+            except UsageError as e:
+                if args.fail_fast:
+                    raise
+                items.append((i, _BadLine(_prompt_of(line), str(e))))
+        return items
     if args.prompt is None:
         raise UsageError("give --prompt TEXT (or --input FILE.jsonl)")
     if args.output:
         raise UsageError("--output goes with --input; single mode prints to stdout")
     request = GenerationRequest(prompt=args.prompt, **common, **_constraint(args.schema, args.regex, args, None))
     _check(request, "")
-    return [request]
+    return [(None, request)]
 
 
 def _check(request: Any, where: str) -> None:
@@ -262,6 +294,15 @@ def _read_lines(path: str) -> list[tuple[int, str]]:
     if not lines:
         raise UsageError(f"--input: {path} has no requests")
     return lines
+
+
+def _prompt_of(line: str) -> Any:
+    """The "prompt" of a JSONL line, when it has one, for its error row."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return obj.get("prompt") if isinstance(obj, dict) else None
 
 
 _LINE_KEYS = {"prompt", "schema", "regex", "n", "max_tokens", "temperature", "top_p", "seed", "chat"}
@@ -362,19 +403,24 @@ def _default_backend() -> str:
     return "mlx" if importlib.util.find_spec("mlx_lm") and importlib.util.find_spec("mlx") else "hf"
 
 
-def _write_results(args: argparse.Namespace, requests: list[Any], results: list[list[Any]]) -> int:
-    """Write the samples; returns 0 when every sample completed, else 1."""
+def _write_results(args: argparse.Namespace, items: list[Any], results: list[list[Any]]) -> int:
+    """Write the samples (and, in batch mode, an error row per bad line); 0 when every sample completed, else 1."""
     if args.input:
         out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+        done = iter(results)
         try:
-            for req, samples in zip(requests, results):
-                prompt = req.prompt if isinstance(req.prompt, str) else list(req.prompt)
-                row = {"prompt": prompt, "samples": [s.to_dict() for s in samples]}
+            for lineno, item in items:
+                if isinstance(item, _BadLine):
+                    row = {"line": lineno, "prompt": item.prompt, "samples": [], "error": item.error}
+                else:
+                    prompt = item.prompt if isinstance(item.prompt, str) else list(item.prompt)
+                    row = {"line": lineno, "prompt": prompt, "samples": [s.to_dict() for s in next(done)]}
                 out.write(json.dumps(row, ensure_ascii=False) + "\n")
         finally:
             if out is not sys.stdout:
                 out.close()
     else:
+        requests = [item for _, item in items]
         for i, sample in enumerate(results[0]):
             if sample.status != "complete":
                 why = sample.error or f"cut off after {len(sample.token_ids)} tokens; raise --max-tokens"

@@ -131,8 +131,33 @@ def test_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], ar
 def test_bad_jsonl_line(capsys: pytest.CaptureFixture[str], tmp_path: Path, line: str, message: str) -> None:
     src = tmp_path / "in.jsonl"
     src.write_text(line + "\n")
-    code, _, err = _run(capsys, "--input", str(src))
+    code, _, err = _run(capsys, "--input", str(src), "--fail-fast")
     assert code == 2 and err.count("\n") == 1 and message in err, err
+    code, out, err = _run(capsys, "--input", str(src))          # alone, it is an error row; no model is loaded
+    assert code == 1 and message in err and "RANDOM" not in err
+    row = json.loads(out[0])
+    assert row["line"] == 1 and row["samples"] == [] and message in row["error"]
+
+
+def test_bad_lines_do_not_stop_the_good_ones(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Unsupported, unsatisfiable and malformed lines get error rows; every good line is generated, in order."""
+    src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    lines = [json.dumps({"prompt": "a", "regex": "[ab]{2}"}),
+             json.dumps({"prompt": "b", "schema": {"type": "array", "contains": {"type": "integer"}}}),
+             "{not json",
+             json.dumps({"prompt": "c", "schema": {"type": "integer", "minimum": 3, "maximum": 1}}),
+             json.dumps({"prompt": "d", "regex": "(yes|no)"})]
+    src.write_text("\n".join(lines) + "\n")
+    code = main(["generate", "--input", str(src), "--output", str(dst), "--seed", "3", "--max-tokens", "16"])
+    _, err = capsys.readouterr()
+    rows = [json.loads(line) for line in dst.read_text().splitlines()]
+    assert code == 1 and [r["line"] for r in rows] == [1, 2, 3, 4, 5]
+    assert [r["prompt"] for r in rows] == ["a", "b", None, "c", "d"]
+    assert re.fullmatch("[ab]{2}", rows[0]["samples"][0]["text"]) and rows[4]["samples"][0]["value"] in ("yes", "no")
+    assert "`contains`" in rows[1]["error"] and "not valid JSON" in rows[2]["error"]
+    assert all(not rows[i]["samples"] for i in (1, 2)) and err.count("constrained: error:") == 2
+    unsat = rows[3]["samples"][0]                            # found when compiling: that sample's error
+    assert unsat["status"] == "error" and "matches nothing" in unsat["error"]
 
 
 def test_version_and_help_show_defaults() -> None:
