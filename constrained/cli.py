@@ -279,18 +279,28 @@ def _load_schema_arg(value: str, where: str) -> Any:
         path = Path(value)
         if not path.is_file():
             raise UsageError(f"{where}: no such file: {value}")
-        text, origin = path.read_text(encoding="utf-8"), str(path)
+        text, origin = _read_utf8(path, where), str(path)
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise UsageError(f"{where}: {origin} is not valid JSON: {e}") from None
 
 
+def _read_utf8(path: Path, where: str) -> str:
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise UsageError(f"{where}: {path} is not UTF-8: byte {data[e.start]:#04x} at offset {e.start} (line {line}); "
+                         "save it as UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
+
+
 def _read_lines(path: str) -> list[tuple[int, str]]:
     p = Path(path)
     if not p.is_file():
         raise UsageError(f"--input: no such file: {path}")
-    lines = [(i, line) for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if line.strip()]
+    lines = [(i, line) for i, line in enumerate(_read_utf8(p, "--input").splitlines(), 1) if line.strip()]
     if not lines:
         raise UsageError(f"--input: {path} has no requests")
     return lines

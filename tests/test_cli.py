@@ -139,6 +139,18 @@ def test_bad_jsonl_line(capsys: pytest.CaptureFixture[str], tmp_path: Path, line
     assert row["line"] == 1 and row["samples"] == [] and message in row["error"]
 
 
+def test_files_that_are_not_utf8_are_named_with_the_offset(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    latin1 = tmp_path / "schema.json"
+    latin1.write_bytes('{"enum": ["café"]}'.encode("latin-1"))
+    code, _, err = _run(capsys, "--schema", str(latin1), "--prompt", "x")
+    assert code == 2 and err.count("\n") == 1
+    assert f"--schema: {latin1} is not UTF-8: byte 0xe9 at offset 14 (line 1)" in err
+    batch = tmp_path / "in.jsonl"
+    batch.write_bytes(b'{"prompt": "a"}\n{"prompt": "caf\xe9"}\n')
+    code, _, err = _run(capsys, "--input", str(batch))
+    assert code == 2 and f"--input: {batch} is not UTF-8: byte 0xe9 at offset 31 (line 2)" in err
+
+
 def test_bad_lines_do_not_stop_the_good_ones(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """Unsupported, unsatisfiable and malformed lines get error rows; every good line is generated, in order."""
     src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
