@@ -182,6 +182,7 @@ def _run_generate(args: argparse.Namespace) -> int:
     if not requests:                           # nothing to generate: no model to load
         _write_results(args, items, [])
         return 1
+    _check_model_dir(args, chat=any(r.chat for r in requests))
     started = time.perf_counter()
     model, note = _load_model(args)
     load_s = time.perf_counter() - started
@@ -341,6 +342,38 @@ def _request_from_line(line: str, lineno: int, args: argparse.Namespace, common:
     request = GenerationRequest(prompt=obj["prompt"], **fields, **_constraint(schema, regex, args, where))
     _check(request, f"{where}: ")
     return request
+
+
+def _check_model_dir(args: argparse.Namespace, chat: bool) -> None:
+    """What a model directory must hold, checked before the (slow) load."""
+    if args.model is None:
+        path, name = _tiny_dir(), "the tiny model"
+    else:
+        path, name = Path(args.model), f"--model {args.model}"
+        if not path.is_dir():
+            raise UsageError(f"--model: no such model directory: {args.model} (nothing is downloaded from a model hub)")
+        if not (path / "config.json").is_file():
+            raise UsageError(f"--model: {args.model} has no config.json: point --model at a model directory "
+                             "(the mlx-lm or transformers layout: config.json, weights, tokenizer files)")
+    if chat and not _has_chat_template(path):
+        raise UsageError(f"--chat: {name} has no chat template (in tokenizer_config.json or chat_template.jinja); "
+                         "drop --chat and write the prompt in the model's own format, or add a template")
+
+
+def _tiny_dir() -> Path:
+    from backends.tiny import tiny_model_dir
+
+    return Path(tiny_model_dir(TINY_ARCH, TINY_VOCAB))
+
+
+def _has_chat_template(path: Path) -> bool:
+    if (path / "chat_template.jinja").is_file() or (path / "chat_template.json").is_file():
+        return True
+    config = path / "tokenizer_config.json"
+    try:
+        return bool(json.loads(config.read_text(encoding="utf-8")).get("chat_template")) if config.is_file() else False
+    except (ValueError, OSError):
+        return False
 
 
 def _load_model(args: argparse.Namespace) -> tuple[Any, str]:

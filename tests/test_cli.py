@@ -151,6 +151,14 @@ def test_files_that_are_not_utf8_are_named_with_the_offset(capsys: pytest.Captur
     assert code == 2 and f"--input: {batch} is not UTF-8: byte 0xe9 at offset 31 (line 2)" in err
 
 
+def test_model_dirs_are_checked_before_loading(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = _run(capsys, "--regex", "a", "--prompt", "x", "--model", str(tmp_path))
+    assert code == 2 and f"--model: {tmp_path} has no config.json: point --model at a model directory" in err
+    code, _, err = _run(capsys, "--regex", "a", "--prompt", "x", "--chat")      # the tiny model has no template
+    assert code == 2 and err.startswith("constrained: error: --chat: the tiny model has no chat template")
+    assert "RANDOM" not in err                                                  # said before any model load
+
+
 def test_bad_lines_do_not_stop_the_good_ones(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """Unsupported, unsatisfiable and malformed lines get error rows; every good line is generated, in order."""
     src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
