@@ -24,13 +24,17 @@ line with status 2, before the model is loaded.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
+import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn, Sequence
+from typing import Any, Iterator, NoReturn, Sequence
 
 __all__ = ["main"]
 
@@ -60,7 +64,8 @@ def run() -> NoReturn:
     code = main()
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.flush()
+            if stream is not None:                # None: the descriptor was closed at startup
+                stream.flush()
         except (OSError, ValueError):             # a closed pipe: nothing more to deliver
             pass
     os._exit(code)
@@ -84,13 +89,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_USAGE
         return args.run(args)
     except UsageError as e:
-        print(f"constrained: error: {e}", file=sys.stderr)
+        _say(f"constrained: error: {e}")
         return EXIT_USAGE
+    except _Interrupted as e:
+        return e.code
+    except BrokenPipeError:
+        _say("constrained: error: stdout was closed before all the output was written; use --output with --input")
+        return 1
     except KeyboardInterrupt:
         return 130
     except Exception as e:  # a failure past input checking (model load, backend): still one line
         print(f"constrained: error: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
+
+
+def _say(line: str) -> None:
+    if sys.stderr is not None:
+        print(line, file=sys.stderr)
 
 
 def _bench(argv: list[str]) -> int:
@@ -179,10 +194,35 @@ def _run_generate(args: argparse.Namespace) -> int:
     for line in bad:
         print(f"constrained: error: {line.error}", file=sys.stderr)
     requests = [item for _, item in items if not isinstance(item, _BadLine)]
-    if not requests:                           # nothing to generate: no model to load
-        _write_results(args, items, [])
-        return 1
-    _check_model_dir(args, chat=any(r.chat for r in requests))
+    if args.input is None:
+        return _run_single(args, requests)
+    with _BatchOutput(args.output, items) as out:   # the output is checked before any model load
+        if not requests:                           # nothing to generate: no model to load
+            return 1
+        _check_model_dir(args, chat=any(r.chat for r in requests))
+        started = time.perf_counter()
+        model, note = _load_model(args)
+        load_s = time.perf_counter() - started
+        if note:
+            print(note, file=sys.stderr)
+        from constrained.generate import generate_batch
+
+        stats_before = dict(model.stats)
+        started = time.perf_counter()
+        good = [k for k, (_, item) in enumerate(items) if not isinstance(item, _BadLine)]
+        with _signals_interrupt():
+            results = generate_batch(model, requests, progress=True,
+                                     on_result=lambda i, samples: out.write(good[i], samples))
+        elapsed = time.perf_counter() - started
+        out.finish()
+    _print_summary(results, elapsed, load_s, model, stats_before)
+    return 1 if bad or any(s.status != "complete" for row in results for s in row) else 0
+
+
+def _run_single(args: argparse.Namespace, requests: list[Any]) -> int:
+    if sys.stdout is None or sys.stdout.closed:
+        raise UsageError("stdout is closed: the samples would be lost; redirect it, or use --input with --output")
+    _check_model_dir(args, chat=requests[0].chat)
     started = time.perf_counter()
     model, note = _load_model(args)
     load_s = time.perf_counter() - started
@@ -192,11 +232,103 @@ def _run_generate(args: argparse.Namespace) -> int:
 
     stats_before = dict(model.stats)
     started = time.perf_counter()
-    results = generate_batch(model, requests, progress=args.input is not None)
+    results = generate_batch(model, requests)
     elapsed = time.perf_counter() - started
-    status = _write_results(args, items, results)
+    status = _print_samples(requests[0], results[0])
     _print_summary(results, elapsed, load_s, model, stats_before)
-    return 1 if bad else status
+    return status
+
+
+class _Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM during a batch; `code` is the exit status (130 or 143)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """Turn SIGTERM (and SIGINT) into `_Interrupted` while generating, so the rows done are kept."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise _Interrupted(128 + signum)
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+class _BatchOutput:
+    """Batch rows written as each request finishes, flushed, to a temporary file
+    beside the output; `finish` rewrites it in input order and renames it into
+    place. Interrupted, the rows done so far (in completion order) are renamed
+    into place and the exit status is 130 (SIGINT) or 143 (SIGTERM)."""
+
+    def __init__(self, path: str | None, items: list[tuple[int | None, Any]]) -> None:
+        self.path, self.items, self.rows = path, items, {}
+        self.tmp, self.done = None, False
+        if path is not None:
+            target = Path(path)
+            if target.is_dir():
+                raise UsageError(f"--output: {path} is a directory")
+            try:
+                fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent or ".")
+            except OSError as e:
+                raise UsageError(f"--output: cannot write beside {path}: {e.strerror or e}") from None
+            self.tmp, self.file = Path(name), os.fdopen(fd, "w", encoding="utf-8")
+        for k, (lineno, item) in enumerate(items):
+            if isinstance(item, _BadLine):
+                self.write(k, None)
+
+    def __enter__(self) -> "_BatchOutput":
+        return self
+
+    def write(self, k: int, samples: list[Any] | None) -> None:
+        lineno, item = self.items[k]
+        if samples is None:
+            row = {"line": lineno, "prompt": item.prompt, "samples": [], "error": item.error}
+        else:
+            prompt = item.prompt if isinstance(item.prompt, str) else list(item.prompt)
+            row = {"line": lineno, "prompt": prompt, "samples": [s.to_dict() for s in samples]}
+        self.rows[k] = text = json.dumps(row, ensure_ascii=False) + "\n"
+        if self.tmp is not None:
+            self.file.write(text)
+            self.file.flush()
+
+    def finish(self) -> None:
+        """Every row is in: write them in input order."""
+        self.done = True
+        if self.tmp is None:
+            sys.stdout.write("".join(self.rows[k] for k in sorted(self.rows)))
+            return
+        self.file.seek(0)
+        self.file.truncate()
+        self.file.write("".join(self.rows[k] for k in sorted(self.rows)))
+        self._close()
+
+    def _close(self) -> None:
+        self.file.close()
+        os.replace(self.tmp, self.path)
+        self.tmp = None
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
+        if self.tmp is not None:                   # not finished: keep what is done
+            self._close()
+        elif self.path is None and not self.done:
+            sys.stdout.write("".join(self.rows[k] for k in sorted(self.rows)))
+        if isinstance(exc, KeyboardInterrupt):
+            where = self.path or "stdout"
+            print(f"constrained: interrupted: {len(self.rows)} of {len(self.items)} rows written to {where}",
+                  file=sys.stderr)
+            raise _Interrupted(getattr(exc, "code", 130)) from None
+        return False
 
 
 @dataclass
@@ -446,33 +578,17 @@ def _default_backend() -> str:
     return "mlx" if importlib.util.find_spec("mlx_lm") and importlib.util.find_spec("mlx") else "hf"
 
 
-def _write_results(args: argparse.Namespace, items: list[Any], results: list[list[Any]]) -> int:
-    """Write the samples (and, in batch mode, an error row per bad line); 0 when every sample completed, else 1."""
-    if args.input:
-        out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
-        done = iter(results)
-        try:
-            for lineno, item in items:
-                if isinstance(item, _BadLine):
-                    row = {"line": lineno, "prompt": item.prompt, "samples": [], "error": item.error}
-                else:
-                    prompt = item.prompt if isinstance(item.prompt, str) else list(item.prompt)
-                    row = {"line": lineno, "prompt": prompt, "samples": [s.to_dict() for s in next(done)]}
-                out.write(json.dumps(row, ensure_ascii=False) + "\n")
-        finally:
-            if out is not sys.stdout:
-                out.close()
-    else:
-        requests = [item for _, item in items]
-        for i, sample in enumerate(results[0]):
-            if sample.status != "complete":
-                why = sample.error or f"cut off after {len(sample.token_ids)} tokens; raise --max-tokens"
-                print(f"constrained: sample {i}: {sample.status}: {why}", file=sys.stderr)
-            elif requests[0].schema is not None:
-                print(json.dumps(sample.to_dict()["value"], ensure_ascii=False))
-            else:
-                print(sample.text)
-    return 0 if all(s.status == "complete" for row in results for s in row) else 1
+def _print_samples(request: Any, samples: list[Any]) -> int:
+    """Single mode: one sample per line on stdout; 0 when every sample completed, else 1."""
+    for i, sample in enumerate(samples):
+        if sample.status != "complete":
+            why = sample.error or f"cut off after {len(sample.token_ids)} tokens; raise --max-tokens"
+            print(f"constrained: sample {i}: {sample.status}: {why}", file=sys.stderr)
+        elif request.schema is not None:
+            print(json.dumps(sample.to_dict()["value"], ensure_ascii=False))
+        else:
+            print(sample.text)
+    return 0 if all(s.status == "complete" for s in samples) else 1
 
 
 def _print_summary(results: list[list[Any]], elapsed: float, load_s: float, model: Any, before: dict[str, int]) -> None:

@@ -24,7 +24,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -228,6 +228,7 @@ def generate_batch(
     *,
     backend: str = "mlx",
     progress: bool = False,
+    on_result: Callable[[int, list[Generation]], None] | None = None,
 ) -> list[list[Generation]]:
     """Run many requests, each with its own constraint, decoding all their samples together.
 
@@ -239,6 +240,9 @@ def generate_batch(
         requests: the requests.
         backend: "mlx" or "hf", when `model` is a path.
         progress: show a tqdm progress bar (on stderr) over all samples.
+        on_result: called as ``on_result(i, generations)`` as soon as every
+            sample of ``requests[i]`` is done (in completion order), so that a
+            caller can keep results that an interruption would otherwise lose.
 
     Returns:
         One list of `request.n` `Generation`s per request, in order.
@@ -248,7 +252,7 @@ def generate_batch(
         >>> [[g.text for g in r] for r in generate_batch(lm, reqs)]  # doctest: +SKIP
         [['a'], ['null']]
     """
-    return _run_sync(agenerate_batch(model, requests, backend=backend, progress=progress))
+    return _run_sync(agenerate_batch(model, requests, backend=backend, progress=progress, on_result=on_result))
 
 
 async def agenerate_batch(
@@ -257,14 +261,30 @@ async def agenerate_batch(
     *,
     backend: str = "mlx",
     progress: bool = False,
+    on_result: Callable[[int, list[Generation]], None] | None = None,
 ) -> list[list[Generation]]:
     """Async `generate_batch`."""
     lm = await asyncio.to_thread(resolve_model, model, backend)
     jobs = [_prepare(lm, r) for r in requests]
     rows = [row for job in jobs for row in job.rows]
     bar = _progress_bar(len(rows)) if progress else None
+    owner = {id(row): i for i, job in enumerate(jobs) for row in job.rows}
+    left = [len(job.rows) for job in jobs]
+    if on_result is not None:
+        for i, job in enumerate(jobs):
+            if not job.rows:                      # failed before decoding: its error results are ready
+                on_result(i, job.results())
+
+    def done(row: Row) -> None:
+        if bar is not None:
+            bar.update(1)
+        i = owner[id(row)]
+        left[i] -= 1
+        if not left[i] and on_result is not None:
+            on_result(i, jobs[i].results())
+
     try:
-        await decode(lm, rows, on_done=None if bar is None else (lambda _row: bar.update(1)))
+        await decode(lm, rows, on_done=done)
     finally:
         if bar is not None:
             bar.close()

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import jsonschema
@@ -157,6 +159,48 @@ def test_model_dirs_are_checked_before_loading(capsys: pytest.CaptureFixture[str
     code, _, err = _run(capsys, "--regex", "a", "--prompt", "x", "--chat")      # the tiny model has no template
     assert code == 2 and err.startswith("constrained: error: --chat: the tiny model has no chat template")
     assert "RANDOM" not in err                                                  # said before any model load
+
+
+def test_unwritable_output_is_refused_before_any_work(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"prompt": "a", "regex": "[ab]"}) + "\n")
+    code, _, err = _run(capsys, "--input", str(src), "--output", str(tmp_path / "no" / "such" / "out.jsonl"))
+    assert code == 2 and "--output: cannot write beside" in err and "RANDOM" not in err
+    code, _, err = _run(capsys, "--input", str(src), "--output", str(tmp_path))
+    assert code == 2 and f"--output: {tmp_path} is a directory" in err
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_keeps_every_finished_row(tmp_path: Path, sig: int, code: int) -> None:
+    """A real batch run, interrupted once some rows are written: those rows are in the output file."""
+    src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    quick = [{"prompt": f"q{i}", "regex": "(yes|no)"} for i in range(4)]
+    slow = [{"prompt": f"s{i}", "regex": "[a-z ]{0,2000}", "max_tokens": 2000} for i in range(12)]
+    src.write_text("".join(json.dumps(r) + "\n" for r in quick + slow))
+    proc = subprocess.Popen([sys.executable, "-m", "constrained", "generate", "--input", str(src), "--output", str(dst),
+                             "--seed", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        partial = list(tmp_path.glob(".out.jsonl.*.partial"))
+        if partial and partial[0].read_text().count("\n") >= 4:
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, "the batch ended before it could be interrupted"
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    rows = [json.loads(line) for line in dst.read_text().splitlines()]
+    assert proc.returncode == code, err
+    assert 4 <= len(rows) < 16 and f"interrupted: {len(rows)} of 16 rows written to {dst}" in err
+    assert {r["line"] for r in rows} >= {1, 2, 3, 4} and all(r["samples"][0]["value"] in ("yes", "no")
+                                                               for r in rows if r["line"] <= 4)
+    assert not list(tmp_path.glob("*.partial"))
+
+
+def test_closed_stdout_is_not_a_traceback() -> None:
+    proc = subprocess.run(f"{sys.executable} -m constrained generate --regex a --prompt x >&-", shell=True,
+                          capture_output=False, stderr=subprocess.PIPE, text=True, timeout=240)
+    assert proc.returncode == 2 and proc.stderr == ("constrained: error: stdout is closed: the samples would be lost; "
+                                                    "redirect it, or use --input with --output\n"), proc.stderr
 
 
 def test_bad_lines_do_not_stop_the_good_ones(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -204,8 +204,12 @@ def test_one_bad_request_does_not_affect_the_others() -> None:
         GenerationRequest([1, 10**9], regex="z"),
         GenerationRequest("Also good:", schema={"type": "boolean"}, n=2, seed=0),
     ]
-    res = generate_batch(lm, reqs)
+    seen: list[tuple[int, list[Generation]]] = []
+    res = generate_batch(lm, reqs, on_result=lambda i, samples: seen.append((i, samples)))
     assert [len(r) for r in res] == [1, 1, 1, 2]
+    assert sorted(i for i, _ in seen) == [0, 1, 2, 3]                 # each request once, as it finishes
+    assert all([g.to_dict() for g in samples] == [g.to_dict() for g in res[i]] for i, samples in seen)
+    assert {i for i, _ in seen[:2]} == {1, 2}                          # the failed ones at once, before decoding
     assert res[0][0].status == "complete" and res[0][0].text in ("x", "y")
     assert res[1][0].status == "error" and "uniqueItems" in res[1][0].error
     assert res[2][0].status == "error" and "1000000000" in res[2][0].error
