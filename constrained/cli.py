@@ -32,9 +32,12 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, NoReturn, Sequence
+
+from grammars.errors import SchemaNote
 
 __all__ = ["main"]
 
@@ -87,7 +90,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:
             _parser().print_help()
             return EXIT_USAGE
-        return args.run(args)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SchemaNote)   # printed once, as notes, when the input is checked
+            return args.run(args)
     except UsageError as e:
         _say(f"constrained: error: {e}")
         return EXIT_USAGE
@@ -163,6 +168,8 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--strict", action="store_true", help="schemas: missing additionalProperties means false")
     g.add_argument("--whitespace", choices=["default", "compact"], default="default",
                    help="schemas: whitespace allowed between JSON tokens (always bounded)")
+    g.add_argument("-v", "--verbose", action="store_true",
+                   help="also list ignored vendor keywords (x-...) of the schemas")
     g.add_argument("--ascii", action="store_true",
                    help="regexes: \\d, \\w, \\s and \\b match ASCII only (re.ASCII); by default they follow "
                         "Python's Unicode semantics, so \\d also matches digits such as '١' or '３'")
@@ -400,9 +407,12 @@ def _constraint(schema: Any, regex: Any, args: argparse.Namespace, where: str | 
     from grammars.json_schema import json_schema_grammar
 
     try:
-        json_schema_grammar(schema, **options)
+        grammar = json_schema_grammar(schema, **options)
     except (ConstraintError, ValueError, TypeError) as e:
         raise UsageError(f"{where}: {e}") from None
+    for note in grammar.info.get("report", ()):   # once per schema, here; compiling again warns nothing
+        if note.kind != "vendor" or args.verbose:
+            _say(f"constrained: note: {where}: {note}")
     return {"schema": schema, "options": {**options, "max_states": args.max_states}}
 
 

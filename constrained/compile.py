@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import threading
+import warnings
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable, Hashable
 
@@ -70,6 +71,9 @@ def compile_json_schema(schema: Any, vocab: "Vocabulary", *, max_states: int = M
         max_states: budget of byte-DFA states (built lazily, as generation reaches them).
         **options: passed to `json_schema_grammar` (e.g. whitespace policy).
 
+    Keywords ignored (unknown, vendor `x-`) or not enforced (`allow_approximate`)
+    are listed in the result's `report` (`SchemaNote`s) and warned once per compile.
+
     Raises:
         InvalidSchemaError, UnsupportedSchemaError: bad or unsupported schema.
         IncompatibleVocabularyError: no token can start a document.
@@ -79,7 +83,19 @@ def compile_json_schema(schema: Any, vocab: "Vocabulary", *, max_states: int = M
     schema = _as_schema_dict(schema)
     text = deep_call(json.dumps, schema, sort_keys=True, separators=(",", ":"))
     key = ("json", text, _options_key(options), max_states, vocab.fingerprint)
-    return _cached(key, lambda: compile_grammar(json_schema_grammar(schema, **options), vocab, max_states=max_states))
+    built: list[TokenFSM] = []
+
+    def build() -> TokenFSM:
+        grammar = json_schema_grammar(schema, **options)
+        fsm = compile_grammar(grammar, vocab, max_states=max_states)
+        fsm.report = grammar.info.get("report", ())
+        built.append(fsm)
+        return fsm
+
+    fsm = _cached(key, build)
+    for note in fsm.report if built else ():    # once per compile, at the caller's line
+        warnings.warn(note, stacklevel=2)
+    return fsm
 
 
 def compile_grammar(grammar, vocab: "Vocabulary", *, max_states: int = MAX_STATES) -> TokenFSM:

@@ -164,6 +164,7 @@ class TokenFSM:
         self._use_slices = use_slices
         self._memo: dict[int, StateMasks] = {}
         self._held = 0                            # bytes of the memoized tables when computed (see `held_bytes`)
+        self.report: tuple = ()                   # a schema's compile report (`grammars.errors.SchemaNote`s)
         self._steps: dict = {}                    # per-state slice character steps (see slice_view)
         self._lock = threading.RLock()
         self._finished = StateMasks(_EMPTY, _EMPTY, None, True, self.index.eos_bitmask,

@@ -14,6 +14,7 @@ __all__ = [
     "RegexSyntaxError",
     "StateBudgetError",
     "EmptyConstraintError",
+    "SchemaNote",
 ]
 
 
@@ -117,3 +118,33 @@ class EmptyConstraintError(ConstraintError):
         value = {"JSON schema": "JSON value", "regex": "string"}.get(what, "text")
         at = f" (subschemas matching nothing: {', '.join(self.where[:3])})" if self.where else ""
         super().__init__(f"this {what} matches nothing: no {value} satisfies it{at}")
+
+
+class SchemaNote(UserWarning):
+    """One entry of a schema's compile report: a keyword that was ignored or not enforced.
+
+    `compile_json_schema` returns them as `TokenFSM.report` and warns each once
+    (category `SchemaNote`, so ``warnings.simplefilter("ignore", SchemaNote)``
+    silences them); the CLI prints them once, one line each.
+
+    Attributes:
+        keyword: the keyword (`maxLenght`, `x-kubernetes-group`, `oneOf`, ...).
+        path: the JSON path of the schema that holds it.
+        kind: "unknown" (ignored), "vendor" (an `x-` extension, ignored) or
+            "approximated" (not enforced: `allow_approximate=True`).
+        suggestion: for an unknown keyword, the known one it is likely a typo of.
+
+    Example:
+        >>> str(SchemaNote("maxLenght", "$.name", "unknown", suggestion="maxLength"))
+        'unknown keyword `maxLenght` at $.name is ignored (did you mean `maxLength`?)'
+    """
+
+    def __init__(self, keyword: str, path: str, kind: str, detail: str = "", suggestion: str | None = None) -> None:
+        self.keyword, self.path, self.kind, self.suggestion = keyword, path, kind, suggestion
+        if kind == "approximated":
+            text = f"`{keyword}` at {path} is not enforced: {detail or 'the grammar over-approximates the schema'}"
+        else:
+            what = "vendor keyword" if kind == "vendor" else "unknown keyword"
+            hint = f" (did you mean `{suggestion}`?)" if suggestion else " (treated as an annotation)"
+            text = f"{what} `{keyword}` at {path} is ignored{hint}"
+        super().__init__(text)

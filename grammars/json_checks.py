@@ -19,7 +19,7 @@ import warnings
 from decimal import Decimal
 from typing import Any
 
-from grammars.errors import InvalidSchemaError, UnsupportedSchemaError
+from grammars.errors import InvalidSchemaError, SchemaNote, UnsupportedSchemaError
 from grammars.json_merge import ANNOTATIONS, TYPES
 
 __all__ = ["check_schema", "KNOWN_KEYWORDS"]
@@ -112,8 +112,39 @@ def _unsupported(s: dict) -> list[str]:
     return out
 
 
-def check_schema(s: dict, path: str, approximate: bool, warn_unknown: bool = True) -> dict:
-    """Validate keyword shapes; raise (or, when approximating, drop) unsupported ones."""
+def _likely(key: str) -> str | None:
+    """The known keyword `key` is likely a typo of: within 2 edits (1 for short keys), else None."""
+    best, best_d = None, 2 if len(key) > 4 else 1
+    for known in sorted(KNOWN_KEYWORDS):
+        if abs(len(known) - len(key)) <= best_d:
+            d = _edits(key.lower(), known.lower(), best_d)
+            if d <= best_d and (best is None or d < _edits(key.lower(), best.lower(), 2)):
+                best, best_d = known, d
+    return best
+
+
+def _edits(a: str, b: str, limit: int) -> int:
+    """Levenshtein distance with adjacent transpositions, or limit + 1 once it exceeds `limit`."""
+    prev2, prev = None, list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i] + [0] * len(b)
+        for j, cb in enumerate(b, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
+            if prev2 is not None and i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                cur[j] = min(cur[j], prev2[j - 2] + 1)
+        if min(cur) > limit:
+            return limit + 1
+        prev2, prev = prev, cur
+    return prev[-1] if prev[-1] <= limit else limit + 1
+
+
+def check_schema(s: dict, path: str, approximate: bool, warn_unknown: bool = True,
+                 notes: list[SchemaNote] | None = None) -> dict:
+    """Validate keyword shapes; raise (or, when approximating, drop) unsupported ones.
+
+    Ignored and dropped keywords are appended to `notes` (warned when it is None).
+    """
+    note = notes.append if notes is not None else (lambda n: warnings.warn(n, stacklevel=4))
     _shape_errors(s, path)
     floats = {k: int(s[k]) for k in _NONNEG_INT if isinstance(s.get(k), float)}
     s = {**s, **floats} if floats else s
@@ -122,11 +153,11 @@ def check_schema(s: dict, path: str, approximate: bool, warn_unknown: bool = Tru
         raise UnsupportedSchemaError(drop[0], path)
     for key in s if warn_unknown else ():
         if key not in KNOWN_KEYWORDS:
-            warnings.warn(f"unknown keyword `{key}` at {path} is ignored (treated as an annotation)", stacklevel=3)
+            vendor = key.startswith("x-")
+            note(SchemaNote(key, path, "vendor" if vendor else "unknown", suggestion=None if vendor else _likely(key)))
     if not drop:
         return s
     for key in drop:
-        warnings.warn(f"`{key}` at {path} is not enforced: the grammar over-approximates the schema",
-                      stacklevel=3)
+        note(SchemaNote(key, path, "approximated"))
     gone = set(drop) | ({"then", "else"} if "if" in drop else set())
     return {k: v for k, v in s.items() if k not in gone}

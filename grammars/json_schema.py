@@ -55,13 +55,14 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
 from grammars.ast import NOTHING, Alt, Grammar, Node, Ref, Repeat, Seq, alt, literal, optional, plus, seq, star
-from grammars.errors import InvalidSchemaError, RegexSyntaxError, UnsupportedRegexError, UnsupportedSchemaError
+from grammars.errors import (
+    InvalidSchemaError, RegexSyntaxError, SchemaNote, UnsupportedRegexError, UnsupportedSchemaError,
+)
 from grammars.json_checks import check_schema
 from grammars.json_formats import format_node
 from grammars.json_length import DEFAULT_SIZE_BUDGET, restrict_length
@@ -120,8 +121,13 @@ def json_schema_grammar(
     rules = {"start": seq(c.ws.around, body, c.ws.around), **c.rules}
     info = {"max_depth": max_recursion_depth + max_any_depth + 1, "whitespace": policy, "labels": c.labels,
             "max_recursion_depth": max_recursion_depth, "max_any_depth": max_any_depth,
-            "kind": "JSON schema", "empty_at": c.empty}
+            "kind": "JSON schema", "empty_at": c.empty, "report": _dedup(c.notes)}
     return Grammar(rules, "start", info, check_refs=False)     # the compiler defines every rule it refers to
+
+
+def _dedup(notes: list[SchemaNote]) -> tuple[SchemaNote, ...]:
+    """One note per (keyword, path, kind): a subschema can be visited more than once."""
+    return tuple({(n.keyword, n.path, n.kind): n for n in notes}.values())
 
 
 class Compiler:
@@ -152,6 +158,7 @@ class Compiler:
         self.labels: dict[int, tuple[Node, str]] = {}
         self._depth = 0                          # nesting of `node` calls (see MAX_NESTING)
         self.empty: list[str] = []               # paths of subschemas that match nothing, innermost first
+        self.notes: list[SchemaNote] = []        # the compile report: keywords ignored or not enforced
 
     # -- entry points -----------------------------------------------------------
 
@@ -185,7 +192,7 @@ class Compiler:
             return NOTHING
         if not isinstance(s, dict):
             raise InvalidSchemaError("a schema must be an object or a boolean", path, s)
-        s = check_schema(s, path, self.approximate)
+        s = check_schema(s, path, self.approximate, notes=self.notes)
         base = self.resolver.base_of(s, base)
         s = normalize(s, self.draft)
         if "$ref" in s:
@@ -200,7 +207,7 @@ class Compiler:
             s = self.flatten(s, path, base)
         if not isinstance(s, dict):
             return self.node(s, path, base)
-        s = check_schema(s, path, self.approximate, warn_unknown=False)
+        s = check_schema(s, path, self.approximate, warn_unknown=False, notes=self.notes)
         if "anyOf" in s or "oneOf" in s:
             return self._branches(s, path, base)
         return self._typed(s, path, base)
@@ -260,7 +267,7 @@ class Compiler:
                     why = f"branches {i} and {j} may both match, so 'exactly one' cannot be enforced"
                     if not self.approximate:
                         raise UnsupportedSchemaError("oneOf", path, why)
-                    warnings.warn(f"`oneOf` at {path} compiled as anyOf: {why}", stacklevel=2)
+                    self.notes.append(SchemaNote("oneOf", path, "approximated", f"compiled as anyOf: {why}"))
         return union(*(self.node(b, f"{path}.oneOf[{i}]", base) for i, b in enumerate(branches)))
 
     def _with(self, rest: dict, branch: Any, path: str, base: str) -> Any:
@@ -426,7 +433,7 @@ class Compiler:
                 why = f"unknown format {s['format']!r}"
                 if not self.approximate:
                     raise UnsupportedSchemaError("format", path, why)
-                warnings.warn(f"`format` at {path} ignored: {why}", stacklevel=2)
+                self.notes.append(SchemaNote("format", path, "approximated", f"ignored: {why}"))
         if "pattern" in s:
             if body is not None:
                 raise UnsupportedSchemaError("pattern", path, "together with `format` (no exact intersection)")

@@ -203,6 +203,17 @@ def test_closed_stdout_is_not_a_traceback() -> None:
                                                     "redirect it, or use --input with --output\n"), proc.stderr
 
 
+def test_ignored_keywords_are_noted_once_and_vendor_ones_only_with_verbose(capsys: pytest.CaptureFixture[str]) -> None:
+    schema = json.dumps({"enum": ["a", "b"], "maxLenght": 3, "x-kubernetes-group": "apps"})
+    code, lines, err = _run(capsys, "--schema", schema, "--prompt", "x", "--seed", "0")
+    notes = [e for e in err.splitlines() if "keyword" in e]
+    assert code == 0 and json.loads(lines[0]) in ("a", "b") and "Warning" not in err
+    assert notes == ["constrained: note: --schema: unknown keyword `maxLenght` at $ is ignored "
+                     "(did you mean `maxLength`?)"]
+    _, _, err = _run(capsys, "--schema", schema, "--prompt", "x", "--seed", "0", "--verbose")
+    assert sum("keyword" in e for e in err.splitlines()) == 2 and "vendor keyword `x-kubernetes-group` at $" in err
+
+
 def test_bad_lines_do_not_stop_the_good_ones(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """Unsupported, unsatisfiable and malformed lines get error rows; every good line is generated, in order."""
     src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"

@@ -323,19 +323,42 @@ def test_unsupported_names_keyword_and_path(schema, keyword, path):
     assert f"{path}.{keyword}" in str(err.value)
 
 
-def test_allow_approximate_warns():
+def test_allow_approximate_reports_what_it_drops():
     schema = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}
-    with pytest.warns(UserWarning, match="uniqueItems"):
-        g = json_schema_grammar(schema, allow_approximate=True)
+    g = json_schema_grammar(schema, allow_approximate=True)
+    assert [(n.keyword, n.path, n.kind) for n in g.info["report"]] == [("uniqueItems", "$", "approximated")]
     assert LazyDFA(g, max_depth=g.info["max_depth"]).matches(b"[1,1]")  # documented over-approximation
 
 
-def test_unknown_keyword_warns():
-    with pytest.warns(UserWarning, match="nullable"):
-        json_schema_grammar({"type": "string", "nullable": True})
+def test_unknown_keywords_are_reported_with_likely_typos():
+    g = json_schema_grammar({"type": "object", "maxProperties": 3, "x-kubernetes-group": "apps", "nullable": True,
+                             "properties": {"name": {"type": "string", "maxLenght": 3}, "n": {"tpye": "integer"}}})
+    report = {(n.keyword, n.path): n for n in g.info["report"]}
+    assert sorted(report) == [("maxLenght", "$.properties.name"), ("nullable", "$"), ("tpye", "$.properties.n"),
+                              ("x-kubernetes-group", "$")]
+    assert str(report["maxLenght", "$.properties.name"]) == (
+        "unknown keyword `maxLenght` at $.properties.name is ignored (did you mean `maxLength`?)")
+    assert report["tpye", "$.properties.n"].suggestion == "type" and report["nullable", "$"].suggestion is None
+    assert report["x-kubernetes-group", "$"].kind == "vendor"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # the grammar step itself never warns
+        json_schema_grammar({"type": "string", "title": "t", "description": "d", "examples": ["x"], "maxLenght": 1})
+
+
+def test_compile_warns_each_note_once_and_keeps_the_report(vocabulary):
+    from constrained.compile import clear_cache, compile_json_schema
+    from grammars.errors import SchemaNote
+
+    clear_cache()
+    gpt2_vocab = vocabulary("gpt-2")
+    schema = {"type": "string", "maxLenght": 3}
+    with pytest.warns(SchemaNote, match=r"did you mean `maxLength`") as caught:
+        fsm = compile_json_schema(schema, gpt2_vocab)
+    assert len(caught) == 1 and caught[0].filename == __file__          # pointed at the caller's line
+    assert [n.keyword for n in fsm.report] == ["maxLenght"]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        json_schema_grammar({"type": "string", "title": "t", "description": "d", "examples": ["x"]})
+        assert compile_json_schema(schema, gpt2_vocab) is fsm                # a cache hit warns nothing
 
 
 INVALID = [
