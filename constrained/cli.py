@@ -4,10 +4,10 @@
     constrained generate --regex "[0-9]{3}-[0-9]{4}" --prompt "Phone:"
     constrained generate --input prompts.jsonl --output results.jsonl
 
-Single mode prints one sample per line on stdout: the JSON value (compact)
-for a schema, the text for a regex. Samples that did not complete are noted
-on stderr instead, and the exit status is then 1. A one-line timing summary
-goes to stderr.
+Single mode prints each sample's text on stdout exactly as the model wrote
+it (``--json``: one JSON record per sample instead). Samples that did not
+complete are printed too, and their status is noted on stderr; the exit
+status is then 1. A one-line timing summary goes to stderr.
 
 Without ``--model``, a tiny local model is used (built once by
 `backends.tiny`, with a real llama.cpp tokenizer): its weights are random,
@@ -168,6 +168,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--strict", action="store_true", help="schemas: missing additionalProperties means false")
     g.add_argument("--whitespace", choices=["default", "compact"], default="default",
                    help="schemas: whitespace allowed between JSON tokens (always bounded)")
+    g.add_argument("--json", action="store_true",
+                   help="single mode: one JSON record per sample (text, value, status, error, token_ids, "
+                        "compile_ms, sample) instead of the raw text")
     g.add_argument("-v", "--verbose", action="store_true",
                    help="also list ignored vendor keywords (x-...) of the schemas")
     g.add_argument("--ascii", action="store_true",
@@ -241,7 +244,7 @@ def _run_single(args: argparse.Namespace, requests: list[Any]) -> int:
     started = time.perf_counter()
     results = generate_batch(model, requests)
     elapsed = time.perf_counter() - started
-    status = _print_samples(requests[0], results[0])
+    status = _print_samples(results[0], args.json)
     _print_summary(results, elapsed, load_s, model, stats_before)
     return status
 
@@ -588,16 +591,17 @@ def _default_backend() -> str:
     return "mlx" if importlib.util.find_spec("mlx_lm") and importlib.util.find_spec("mlx") else "hf"
 
 
-def _print_samples(request: Any, samples: list[Any]) -> int:
-    """Single mode: one sample per line on stdout; 0 when every sample completed, else 1."""
+def _print_samples(samples: list[Any], as_json: bool) -> int:
+    """Single mode: each sample's text exactly as generated (or, `as_json`, its JSON record) on stdout, and
+    the status of every sample that did not complete on stderr; 0 when every sample completed, else 1."""
     for i, sample in enumerate(samples):
+        if as_json:
+            print(json.dumps({**sample.to_dict(), "sample": i}, ensure_ascii=False), flush=True)
+        else:
+            print(sample.text, flush=True)
         if sample.status != "complete":
             why = sample.error or f"cut off after {len(sample.token_ids)} tokens; raise --max-tokens"
-            print(f"constrained: sample {i}: {sample.status}: {why}", file=sys.stderr)
-        elif request.schema is not None:
-            print(json.dumps(sample.to_dict()["value"], ensure_ascii=False))
-        else:
-            print(sample.text)
+            _say(f"constrained: sample {i}: {sample.status}: {why}")
     return 0 if all(s.status == "complete" for s in samples) else 1
 
 
