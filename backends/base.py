@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import weakref
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -125,9 +126,9 @@ class AsyncLM:
         self._eos: list[int] = []
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"constrained-{self.backend_name}")
         self._worker_ident: int | None = None
-        self._queue: list[Prompt] = []
-        self._pending: dict[Prompt, asyncio.Future[np.ndarray]] = {}
-        self._timer: asyncio.TimerHandle | None = None
+        # one batching queue per event loop: a future is created, resolved and awaited on its own loop
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopQueue] = weakref.WeakKeyDictionary()
+        self._loops_lock = threading.Lock()
         self._closed = False
         self._load_future = self._executor.submit(self._load_on_worker, loader)
 
@@ -183,19 +184,28 @@ class AsyncLM:
     # ------------------------------------------------------------------ async API
 
     async def next_token_logprobs(self, token_ids: Sequence[int]) -> np.ndarray:
-        """Next-token logprobs after `token_ids`, batched with concurrent calls."""
+        """Next-token logprobs after `token_ids`, batched with concurrent calls on the same event loop.
+
+        Safe from any thread and any loop: each loop has its own queue, and a
+        batch's results come back to the loop that asked, through
+        `call_soon_threadsafe`.
+        """
         key = tuple(int(t) for t in token_ids)
-        fut = self._pending.get(key)
+        loop = asyncio.get_running_loop()
+        q = self._loops.get(loop)
+        if q is None:
+            with self._loops_lock:
+                q = self._loops.setdefault(loop, _LoopQueue())
+        fut = q.pending.get(key)
         if fut is not None:
             self.stats["merged_requests"] += 1
         else:
-            loop = asyncio.get_running_loop()
-            fut = self._pending[key] = loop.create_future()
-            self._queue.append(key)
-            if len(self._queue) >= self.batch_size:
-                self._flush()
-            elif self._timer is None:
-                self._timer = loop.call_later(self.timeout, self._flush)
+            fut = q.pending[key] = loop.create_future()
+            q.queue.append(key)
+            if len(q.queue) >= self.batch_size:
+                self._flush(q, loop)
+            elif q.timer is None:
+                q.timer = loop.call_later(self.timeout, self._flush, q, loop)
         # shield: one cancelled caller must not cancel the future others share
         return await asyncio.shield(fut)
 
@@ -226,29 +236,33 @@ class AsyncLM:
         """Sample one continuation per prompt; row ``i`` uses the seed ``(seed, i)``."""
         return await asyncio.wrap_future(self._submit_sample(prompt_token_ids_list, max_tokens, eos_token_ids, temperature, seed))
 
-    def _flush(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        keys, self._queue = self._queue, []
-        futs = [self._pending.pop(k) for k in keys]
+    def _flush(self, q: _LoopQueue, loop: asyncio.AbstractEventLoop) -> None:
+        """Send `q`'s prompts to the worker (called on `loop`, which owns `q` and its futures)."""
+        if q.timer is not None:
+            q.timer.cancel()
+            q.timer = None
+        keys, q.queue = q.queue, []
+        futs = [q.pending.pop(k) for k in keys]
         if not keys:
             return
-        loop = futs[0].get_loop()
         # Group by length so rows in one model call need little padding.
         order = sorted(range(len(keys)), key=lambda i: len(keys[i]))
         cfut = self._submit(self._run_prompts_or_errors, [keys[i] for i in order])
         cfut.add_done_callback(lambda f: loop.call_soon_threadsafe(_resolve, [futs[i] for i in order], f))
 
     def reset_async_queries(self) -> None:
-        """Forget queued async requests (their futures are cancelled)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        for fut in self._pending.values():
-            if not fut.done():
-                fut.cancel()
-        self._queue, self._pending = [], {}
+        """Forget queued async requests (their futures are cancelled, each on its own loop)."""
+        with self._loops_lock:
+            queues = list(self._loops.items())
+        try:
+            current = asyncio.get_running_loop()
+        except RuntimeError:
+            current = None
+        for loop, q in queues:
+            if loop is current:
+                q.reset()
+            elif not loop.is_closed():
+                loop.call_soon_threadsafe(q.reset)
 
     # ------------------------------------------------------------------ sync API
 
@@ -292,8 +306,11 @@ class AsyncLM:
         """Flush queued requests, finish every submitted job, stop the worker thread."""
         if self._closed:
             return
-        if self._queue:
-            self._flush()
+        with self._loops_lock:
+            queues = list(self._loops.items())
+        for loop, q in queues:                    # results still reach their loops (call_soon_threadsafe)
+            if q.queue and not loop.is_closed():
+                self._flush(q, loop)
         self._closed = True
         self._executor.shutdown(wait=True)
 
@@ -466,6 +483,26 @@ class AsyncLM:
     def _live_keep(self, live: Any, rows: list[int]) -> Any:
         """Keep only `rows` (indices into the current rows) of `live`, in order."""
         return [live[r] for r in rows]
+
+
+class _LoopQueue:
+    """The async batcher's state for one event loop (touched only from that loop's thread)."""
+
+    __slots__ = ("queue", "pending", "timer")
+
+    def __init__(self) -> None:
+        self.queue: list[Prompt] = []
+        self.pending: dict[Prompt, asyncio.Future[np.ndarray]] = {}
+        self.timer: asyncio.TimerHandle | None = None
+
+    def reset(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        for fut in self.pending.values():
+            if not fut.done():
+                fut.cancel()
+        self.queue, self.pending = [], {}
 
 
 def _resolve(futs: list[asyncio.Future[np.ndarray]], cfut: Future[list[np.ndarray]]) -> None:

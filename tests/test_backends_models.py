@@ -96,6 +96,38 @@ def test_cached_matches_uncached(kind: str, model_dir, refs) -> None:
 
 
 @pytest.mark.parametrize("kind", ["mlx", "hf"])
+def test_threads_with_their_own_event_loops_share_one_backend(kind: str, model_dir, refs) -> None:
+    """8 threads, each running its own asyncio loop, query one backend at once: none hangs, all agree.
+
+    (Before, one loop's timer flushed every loop's queue and resolved their
+    futures on the wrong loop: 7 of 8 threads hung.)
+    """
+    import threading
+
+    ps, r = refs
+    results: dict[int, list[np.ndarray]] = {}
+    with make_backend(kind, model_dir, batch_size=64, timeout=0.01) as lm:
+
+        def worker(t: int) -> None:
+            async def main() -> list[np.ndarray]:
+                return await asyncio.gather(*(lm.next_token_logprobs(p) for p in ps[t % 3:] + ps[:t % 3]))
+
+            results[t] = asyncio.run(main())
+
+        threads = [threading.Thread(target=worker, args=(t,), daemon=True) for t in range(8)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(timeout=120)
+        assert not any(th.is_alive() for th in threads), "a thread's event loop hung"
+    assert sorted(results) == list(range(8))
+    for t, out in results.items():
+        order = ps[t % 3:] + ps[:t % 3]
+        for p, lp in zip(order, out):
+            assert np.abs(lp - r[kind][ps.index(p)]).max() < SAME
+
+
+@pytest.mark.parametrize("kind", ["mlx", "hf"])
 def test_32_concurrent_requests_prefill_each_prefix_once(kind: str, model_dir, tokenizer) -> None:
     prefixes = [tokenizer.encode(f"prefix number {k}: " + "lorem ipsum " * 6) for k in range(4)]
     reqs = [p + [10 + j] for p in prefixes for j in range(8)]
