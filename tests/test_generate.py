@@ -17,6 +17,8 @@ from collections import Counter
 import jsonschema
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 
 from constrained.errors import UnsupportedSchemaError
@@ -277,3 +279,35 @@ def test_a_state_budget_error_ends_only_its_own_request() -> None:
     assert good[0].status == "max_tokens" or (good[0].status == "complete" and re.fullmatch("[0-9]{1,3}", good[0].text))
     gens = generate(lm, "Note:", schema=long_text, max_tokens=10, seed=0, max_states=20)
     assert gens[0].status == "error" and "more than 20 states" in gens[0].error
+
+
+_GOOD = [GenerationRequest("Pick:", regex="(red|green|blue)", seed=1, n=2),
+         GenerationRequest("Number:", schema={"type": "integer", "minimum": 0, "maximum": 999}, seed=2, max_tokens=12),
+         GenerationRequest("Flag:", schema={"type": "boolean"}, seed=3),
+         GenerationRequest("Code:", regex="[A-F0-9]{4}", seed=4, max_tokens=8)]
+_BAD = [GenerationRequest("Bad:", schema={"type": "array", "uniqueItems": True}),
+        GenerationRequest("Empty:", schema={"type": "integer", "minimum": 3, "maximum": 1}),
+        GenerationRequest("Regex:", regex="a(?<=b)"),
+        GenerationRequest("Keys:", schema={"enum": []}),
+        GenerationRequest([1, 10**9], regex="z")]
+
+
+@settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(st.sampled_from(range(len(_GOOD))).map(lambda i: ("good", i)),
+                          st.sampled_from(range(len(_BAD))).map(lambda i: ("bad", i))), min_size=2, max_size=7))
+def test_bad_requests_never_change_the_good_ones(picks) -> None:
+    """A good request's samples are the same in any batch, with any bad requests beside it, as alone."""
+    lm = async_lm("llama-spm", "mlx")
+    batch = [_GOOD[i] if kind == "good" else _BAD[i] for kind, i in picks]
+    results = generate_batch(lm, batch)
+    for (kind, i), got in zip(picks, results):
+        if kind == "bad":
+            assert all(g.status == "error" and g.error for g in got)
+        else:
+            alone = _alone(i)
+            assert [(g.text, g.status) for g in got] == [(g.text, g.status) for g in alone]
+
+
+@functools.cache
+def _alone(i: int) -> list[Generation]:
+    return generate_batch(async_lm("llama-spm", "mlx"), [_GOOD[i]])[0]
