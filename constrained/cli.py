@@ -147,7 +147,9 @@ def _parser() -> argparse.ArgumentParser:
     src = g.add_mutually_exclusive_group()
     src.add_argument("--schema", help="JSON schema: a file path, or inline JSON starting with '{'")
     src.add_argument("--regex", help="regular expression the whole output must match")
-    g.add_argument("--prompt", help="prompt text")
+    prompt = g.add_mutually_exclusive_group()
+    prompt.add_argument("--prompt", help="prompt text (taken literally, also when it starts with @)")
+    prompt.add_argument("--prompt-file", metavar="PATH", help="read the prompt from this UTF-8 text file")
     g.add_argument("--chat", action="store_true", help="apply the tokenizer's chat template to the prompt")
     g.add_argument("--input", help="JSONL file of requests, one object per line with the keys prompt (required), "
                                    "schema or regex, n, max_tokens, temperature, top_p, seed, chat; a bad line "
@@ -356,8 +358,8 @@ def _requests(args: argparse.Namespace) -> list[tuple[int | None, Any]]:
     common = dict(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
                   seed=args.seed, n=args.n, chat=args.chat)
     if args.input:
-        if args.prompt is not None:
-            raise UsageError("give --prompt or --input, not both")
+        if args.prompt is not None or args.prompt_file is not None:
+            raise UsageError("give --prompt/--prompt-file or --input, not both")
         items: list[Any] = []
         for i, line in _read_lines(args.input):
             try:
@@ -367,8 +369,15 @@ def _requests(args: argparse.Namespace) -> list[tuple[int | None, Any]]:
                     raise
                 items.append((i, _BadLine(_prompt_of(line), str(e))))
         return items
+    if args.prompt_file is not None:
+        path = Path(args.prompt_file)
+        if not path.is_file():
+            raise UsageError(f"--prompt-file: no such file: {args.prompt_file}")
+        args.prompt = _read_utf8(path, "--prompt-file")
     if args.prompt is None:
-        raise UsageError("give --prompt TEXT (or --input FILE.jsonl)")
+        raise UsageError("give --prompt TEXT, --prompt-file PATH (or --input FILE.jsonl)")
+    if args.prompt_file is None and args.prompt.startswith("@") and Path(args.prompt[1:]).is_file():
+        _say(f"constrained: note: the prompt is the text {args.prompt!r}; to read that file, use --prompt-file")
     if args.output:
         raise UsageError("--output goes with --input; single mode prints to stdout")
     request = GenerationRequest(prompt=args.prompt, **common, **_constraint(args.schema, args.regex, args, None))

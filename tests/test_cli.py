@@ -221,6 +221,17 @@ def test_ignored_keywords_are_noted_once_and_vendor_ones_only_with_verbose(capsy
     assert sum("keyword" in e for e in err.splitlines()) == 2 and "vendor keyword `x-kubernetes-group` at $" in err
 
 
+def test_prompt_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("Answer yes or no: is the sky blue?\n")
+    code, lines, _ = _run(capsys, "--regex", "(yes|no)", "--prompt-file", str(prompt), "--seed", "0")
+    assert code == 0 and lines[0] in ("yes", "no")
+    code, lines, err = _run(capsys, "--regex", "(yes|no)", "--prompt", f"@{prompt}", "--seed", "0")
+    assert code == 0 and "the prompt is the text '@" in err and "use --prompt-file" in err
+    code, _, err = _run(capsys, "--regex", "a", "--prompt-file", str(tmp_path / "missing.txt"))
+    assert code == 2 and "--prompt-file: no such file" in err
+
+
 def test_bad_lines_do_not_stop_the_good_ones(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """Unsupported, unsatisfiable and malformed lines get error rows; every good line is generated, in order."""
     src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
