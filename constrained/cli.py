@@ -406,9 +406,10 @@ def _constraint(schema: Any, regex: Any, args: argparse.Namespace, where: str | 
         from grammars.regex import regex_grammar
 
         try:
-            regex_grammar(regex)
+            grammar = regex_grammar(regex, ascii=args.ascii)
         except ConstraintError as e:
             raise UsageError(f"{where}: bad regex {regex!r}: {e}") from None
+        _check_not_empty(grammar, where)
         return {"regex": regex, "options": {"max_states": args.max_states, **({"ascii": True} if args.ascii else {})}}
     if schema is None:
         return {}  # unconstrained
@@ -422,10 +423,24 @@ def _constraint(schema: Any, regex: Any, args: argparse.Namespace, where: str | 
         grammar = json_schema_grammar(schema, **options)
     except (ConstraintError, ValueError, TypeError) as e:
         raise UsageError(f"{where}: {e}") from None
+    _check_not_empty(grammar, where)
     for note in grammar.info.get("report", ()):   # once per schema, here; compiling again warns nothing
         if note.kind != "vendor" or args.verbose:
             _say(f"constrained: note: {where}: {note}")
     return {"schema": schema, "options": {**options, "max_states": args.max_states}}
+
+
+def _check_not_empty(grammar: Any, where: str) -> None:
+    """An unsatisfiable schema or empty regex, found before any model is loaded."""
+    from grammars.dfa import LazyDFA
+    from grammars.errors import ConstraintError, EmptyConstraintError
+
+    try:
+        empty = LazyDFA(grammar, max_depth=int(grammar.info.get("max_depth", 64))).is_empty
+    except ConstraintError:
+        return                                     # e.g. a state budget: compiling will say so, per sample
+    if empty:
+        raise UsageError(f"{where}: {EmptyConstraintError(grammar.info.get('kind', 'constraint'), grammar.info.get('empty_at'))}")
 
 
 def _load_schema_arg(value: str, where: str) -> Any:

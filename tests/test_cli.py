@@ -117,6 +117,9 @@ def test_batch_mode_jsonl(capsys: pytest.CaptureFixture[str], tmp_path: Path) ->
         (["--regex", "a", "--prompt", "x", "--temperature", "-1"], "`temperature` must be a finite number >= 0"),
         (["--regex", "a", "--prompt", "x", "--model", "/no/model"], "--model: no such model directory: /no/model"),
         (["--regex", "a"], "give --prompt TEXT"),
+        (["--schema", '{"type": "integer", "minimum": 3, "maximum": 1}', "--prompt", "x"],
+         "--schema: this JSON schema matches nothing: no JSON value satisfies it (subschemas matching nothing: $)"),
+        (["--regex", "a$b", "--prompt", "x"], "--regex: this regex matches nothing"),
         (["--input", "/no/in.jsonl"], "--input: no such file"),
     ],
 )
@@ -248,9 +251,8 @@ def test_bad_lines_do_not_stop_the_good_ones(capsys: pytest.CaptureFixture[str],
     assert [r["prompt"] for r in rows] == ["a", "b", None, "c", "d"]
     assert re.fullmatch("[ab]{2}", rows[0]["samples"][0]["text"]) and rows[4]["samples"][0]["value"] in ("yes", "no")
     assert "`contains`" in rows[1]["error"] and "not valid JSON" in rows[2]["error"]
-    assert all(not rows[i]["samples"] for i in (1, 2)) and err.count("constrained: error:") == 2
-    unsat = rows[3]["samples"][0]                            # found when compiling: that sample's error
-    assert unsat["status"] == "error" and "matches nothing" in unsat["error"]
+    assert all(not rows[i]["samples"] for i in (1, 2, 3)) and err.count("constrained: error:") == 3
+    assert "this JSON schema matches nothing" in rows[3]["error"]          # found before the model loads
 
 
 def test_version_and_help_show_defaults() -> None:
