@@ -174,6 +174,31 @@ def bench_throughput(kind: str, model_dir: str, prompts: list[list[int]], reps: 
         )  # fmt: skip
 
 
+def bench_full_trie(kind: str, model_dir: str, prompts: list[list[int]], reps: int) -> None:
+    """A stream of requests (4 samples of 8 tokens after a distinct prompt each) once the trie's byte budget
+    is reached, vs an unbounded trie: eviction must cost about what it evicts (target: within 1.2x)."""
+    def stream(lm: Any) -> Callable[[], Any]:
+        def run() -> None:
+            lm.clear_cache()
+            for p in prompts:
+                lm.batch_sample_sync([p] * 4, 8, [], seed=0)
+
+        return run
+
+    free = _make(kind, model_dir)
+    stream(free)()
+    budget = free.trie.nbytes // 4                     # about a quarter of the stream fits: most inserts evict
+    full = _make(kind, model_dir, cache_size=budget)
+    t = _interleaved({"unbounded": stream(free), "full": stream(full)}, reps)
+    evictions = full.trie.evictions
+    free.close()
+    full.close()
+    _emit(case="full_trie", backend=kind, requests=len(prompts), budget_bytes=budget, evictions=evictions,
+          full_over_unbounded=round(t["full"] / t["unbounded"], 3), target=1.2,
+          target_met=t["full"] / t["unbounded"] <= 1.2, unbounded_s=round(t["unbounded"], 4),
+          full_s=round(t["full"], 4))  # fmt: skip
+
+
 def run(backends: list[str], vocabs: list[str], shapes: list[str], reps: int, torch_threads: int | None = None) -> None:
     """Every case for each shape x vocabulary x backend (the prompts are seeded, so runs compare).
 
@@ -202,6 +227,8 @@ def run(backends: list[str], vocabs: list[str], shapes: list[str], reps: int, to
                       hidden_size=cfg["hidden_size"], layers=cfg["num_hidden_layers"], torch_threads=threads, **flops)  # fmt: skip
                 bench_shared_prompt(kind, model_dir, prompt, reps)
                 bench_throughput(kind, model_dir, prompts, reps)
+                stream = [rng.integers(3, cfg["vocab_size"], size=64).tolist() for _ in range(24)]
+                bench_full_trie(kind, model_dir, stream, reps)
 
 
 def _torch_threads() -> int:

@@ -72,6 +72,11 @@ def _summary(rows: list[dict]) -> str:
         elif r["case"] == "sample_n16":
             out.append([model, r["backend"], "batch_sample n=16 x 16 tokens", f"{r['sample_over_prefill']}x",
                         f"{r['sample_no_trie_over_prefill']}x", None, f"{r['model_tokens']} vs {r['model_tokens_no_trie']}", None])
+        elif r["case"] == "full_trie":
+            met = "yes" if r["target_met"] else "NO"
+            out.append([model, r["backend"], f"{r['requests']} requests, trie budget reached ({r['evictions']} evictions)",
+                        f"{r['full_over_unbounded']}x an unbounded trie (<= 1.2: {met})", None, None, None,
+                        f"budget {r['budget_bytes']}"])
         elif r["case"] == "throughput" and r["mode"] != "sequential":
             peak = r["peak_memory_bytes"]
             out.append([model, r["backend"], f"8 x 128-token prompts, {r['mode']}",
