@@ -376,6 +376,7 @@ def _requests(args: argparse.Namespace) -> list[tuple[int | None, Any]]:
         args.prompt = _read_utf8(path, "--prompt-file")
     if args.prompt is None:
         raise UsageError("give --prompt TEXT, --prompt-file PATH (or --input FILE.jsonl)")
+    _check_text(args.prompt, "--prompt")
     if args.prompt_file is None and args.prompt.startswith("@") and Path(args.prompt[1:]).is_file():
         _say(f"constrained: note: the prompt is the text {args.prompt!r}; to read that file, use --prompt-file")
     if args.output:
@@ -430,6 +431,15 @@ def _constraint(schema: Any, regex: Any, args: argparse.Namespace, where: str | 
     return {"schema": schema, "options": {**options, "max_states": args.max_states}}
 
 
+def _check_text(text: str, where: str) -> None:
+    """A prompt must be text: no lone surrogates (bytes that were not UTF-8 on the command line, or `\\udc80`)."""
+    for i, ch in enumerate(text):
+        if "\ud800" <= ch <= "\udfff":
+            what = f"byte {ord(ch) - 0xDC00:#04x}" if ch >= "\udc80" and ord(ch) <= 0xDCFF else f"lone surrogate U+{ord(ch):04X}"
+            raise UsageError(f"{where} is not valid text: {what} at character {i}; pass UTF-8 text "
+                             "(e.g. convert the file with iconv -t utf-8)")
+
+
 def _check_not_empty(grammar: Any, where: str) -> None:
     """An unsatisfiable schema or empty regex, found before any model is loaded."""
     from grammars.dfa import LazyDFA
@@ -482,7 +492,12 @@ def _prompt_of(line: str) -> Any:
         obj = json.loads(line)
     except json.JSONDecodeError:
         return None
-    return obj.get("prompt") if isinstance(obj, dict) else None
+    prompt = obj.get("prompt") if isinstance(obj, dict) else None
+    try:
+        _check_text(prompt, "") if isinstance(prompt, str) else None
+    except UsageError:
+        return None                                # not writable as UTF-8: the error says why
+    return prompt
 
 
 _LINE_KEYS = {"prompt", "schema", "regex", "n", "max_tokens", "temperature", "top_p", "seed", "chat"}
@@ -498,6 +513,7 @@ def _request_from_line(line: str, lineno: int, args: argparse.Namespace, common:
         raise UsageError(f"{where}: not valid JSON: {e}") from None
     if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str):
         raise UsageError(f"{where}: each line must be an object with a string \"prompt\"")
+    _check_text(obj["prompt"], f"{where}: \"prompt\"")
     unknown = sorted(set(obj) - _LINE_KEYS)
     if unknown:
         raise UsageError(f"{where}: unknown key(s) {unknown}; expected some of {sorted(_LINE_KEYS)}")

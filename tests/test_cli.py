@@ -120,6 +120,7 @@ def test_batch_mode_jsonl(capsys: pytest.CaptureFixture[str], tmp_path: Path) ->
         (["--schema", '{"type": "integer", "minimum": 3, "maximum": 1}', "--prompt", "x"],
          "--schema: this JSON schema matches nothing: no JSON value satisfies it (subschemas matching nothing: $)"),
         (["--regex", "a$b", "--prompt", "x"], "--regex: this regex matches nothing"),
+        (["--regex", "a", "--prompt", "caf\udce9"], "--prompt is not valid text: byte 0xe9 at character 3"),
         (["--input", "/no/in.jsonl"], "--input: no such file"),
     ],
 )
@@ -138,6 +139,7 @@ def test_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], ar
         ('{"prompt": "x", "schema": {"type": "array", "contains": {"type": "integer"}}}', "in.jsonl:1: `contains`"),
         ('{"prompt": "x", "temprature": 1}', "unknown key(s) ['temprature']"),
         ('["x"]', "each line must be an object with a string \"prompt\""),
+        ('{"prompt": "a\\ud800b"}', "in.jsonl:1: \"prompt\" is not valid text: lone surrogate U+D800 at character 1"),
     ],
 )
 def test_bad_jsonl_line(capsys: pytest.CaptureFixture[str], tmp_path: Path, line: str, message: str) -> None:
