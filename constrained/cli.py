@@ -211,44 +211,39 @@ def _run_generate(args: argparse.Namespace) -> int:
     with _BatchOutput(args.output, items) as out:   # the output is checked before any model load
         if not requests:                           # nothing to generate: no model to load
             return 1
-        _check_model_dir(args, chat=any(r.chat for r in requests))
-        started = time.perf_counter()
-        model, note = _load_model(args)
-        load_s = time.perf_counter() - started
-        if note:
-            print(note, file=sys.stderr)
-        from constrained.generate import generate_batch
-
-        stats_before = dict(model.stats)
-        started = time.perf_counter()
         good = [k for k, (_, item) in enumerate(items) if not isinstance(item, _BadLine)]
         with _signals_interrupt():
-            results = generate_batch(model, requests, progress=True,
-                                     on_result=lambda i, samples: out.write(good[i], samples))
-        elapsed = time.perf_counter() - started
+            results, summary = _generate(args, requests, progress=True,
+                                         on_result=lambda i, samples: out.write(good[i], samples))
         out.finish()
-    _print_summary(results, elapsed, load_s, model, stats_before)
+    summary()
     return 1 if bad or any(s.status != "complete" for row in results for s in row) else 0
 
 
 def _run_single(args: argparse.Namespace, requests: list[Any]) -> int:
     if sys.stdout is None or sys.stdout.closed:
         raise UsageError("stdout is closed: the samples would be lost; redirect it, or use --input with --output")
-    _check_model_dir(args, chat=requests[0].chat)
+    results, summary = _generate(args, requests)
+    status = _print_samples(results[0], args.json)
+    summary()
+    return status
+
+
+def _generate(args: argparse.Namespace, requests: list[Any], **options: Any) -> tuple[list[list[Any]], Any]:
+    """Check and load the model, run `requests`; returns the results and a callable printing the summary."""
+    _check_model_dir(args, chat=any(r.chat for r in requests))
     started = time.perf_counter()
     model, note = _load_model(args)
     load_s = time.perf_counter() - started
     if note:
-        print(note, file=sys.stderr)
+        _say(note)
     from constrained.generate import generate_batch
 
-    stats_before = dict(model.stats)
+    before = dict(model.stats)
     started = time.perf_counter()
-    results = generate_batch(model, requests)
+    results = generate_batch(model, requests, **options)
     elapsed = time.perf_counter() - started
-    status = _print_samples(results[0], args.json)
-    _print_summary(results, elapsed, load_s, model, stats_before)
-    return status
+    return results, lambda: _print_summary(results, elapsed, load_s, model, before)
 
 
 class _Interrupted(KeyboardInterrupt):

@@ -136,9 +136,10 @@ class FragmentBuilder:
             return self._subroutine(node, frag, s)
         mark = (s, self._count, len(self._eps_src), len(self._byte_src), len(self._call_src))
         if self.replay and id(node) in _SHARED:
-            tpl = _TEMPLATES.get(id(node))
-            if tpl is not None and tpl[0] >= SUBROUTINE_MIN and self.subroutines and not self._no_subs:
-                return self._subroutine(node, None, s)   # a large shared node: one body, from its first use
+            if self.subroutines and not self._no_subs:
+                tpl = _TEMPLATES.get(id(node)) or self._record_template(node)
+                if tpl is not None and tpl[0] >= SUBROUTINE_MIN:
+                    return self._subroutine(node, None, s)   # a large shared node: one body, from its first use
             t = self._build_shared(node, s)
         elif kind is Seq:
             t = self._build_seq(node.items, 0, len(node.items), s)
@@ -153,6 +154,25 @@ class FragmentBuilder:
             raise TypeError(f"not a grammar node: {node!r}")
         self._frags[node] = (*mark, self._count, t, len(self._eps_src), len(self._byte_src), len(self._call_src))
         return t
+
+    def _record_template(self, node: Node) -> tuple | None:
+        """Record the template of a `share`d node met for the first time in this process, leaving
+        nothing of that build in this NFA, so that its shape never depends on what was built before."""
+        marks = (self._count, len(self._eps_src), len(self._byte_src), len(self._call_src), len(self._mask_id),
+                 len(self._frags), len(self.origins), self._dead)
+        self._build_shared(node, self._new())
+        count, e, b, k, m, f, o, self._dead = marks
+        self._count = count
+        for col, n in ((self._eps_src, e), (self._eps_dst, e), (self._byte_src, b), (self._byte_dst, b),
+                       (self._byte_mask, b), (self._call_src, k), (self._call_rule, k), (self._call_dst, k),
+                       (self._call_op, k), (self._call_to, k), (self._call_lo, k), (self._call_hi, k),
+                       (self.origins, o)):
+            del col[n:]
+        for key in list(self._mask_id)[m:]:
+            del self._mask_id[key]
+        for key in list(self._frags)[f:]:
+            del self._frags[key]
+        return _TEMPLATES.get(id(node))
 
     def _call(self, s: int, op: int, dst: int, *, rule: int = -1, to: int = -1, lo: int = 0, hi: int = -1) -> None:
         """A call edge from `s` (see `REG` ... `INC`)."""

@@ -258,16 +258,22 @@ def _random_node(rng: random.Random, names: list[str], d: int, counted: bool = F
     return EMPTY
 
 
+def check_random_grammar(seed: int, cls: type = LazyDFA, *, max_rules: int = 3, counted: bool = False,
+                         max_states: int = 5000, texts: int = 60, max_len: int = 6) -> None:
+    """The random grammar of `seed` (`_random_node`): every DFA state live, and matches == the reference matcher."""
+    rng = random.Random(seed)
+    names = [f"r{i}" for i in range(rng.randint(1, max_rules))]
+    g = Grammar({n: _random_node(rng, names, 0, counted) for n in names}, start=names[0])
+    depth = rng.randint(0, 3)
+    dfa = cls(g, max_depth=depth, max_states=max_states)
+    live, _ = live_states(dfa)
+    assert dfa.is_empty or live == set(range(dfa.num_states))
+    for _ in range(texts):
+        data = bytes(rng.choice(b"abc") for _ in range(rng.randint(0, max_len)))
+        assert dfa.matches(data) == reference_match(g, data, depth), data
+
+
 @pytest.mark.parametrize("seed", range(0, 120, 3))
 def test_random_recursive_grammars(seed: int) -> None:
     """Differential (vs the reference matcher) and liveness on random grammars."""
-    rng = random.Random(seed)
-    names = [f"r{i}" for i in range(rng.randint(1, 3))]
-    g = Grammar({n: _random_node(rng, names, 0) for n in names}, start=names[0])
-    depth = rng.randint(0, 3)
-    dfa = LazyDFA(g, max_depth=depth, max_states=5000)
-    live, _ = live_states(dfa)
-    assert dfa.is_empty or live == set(range(dfa.num_states))
-    for _ in range(60):
-        data = bytes(rng.choice(b"abc") for _ in range(rng.randint(0, 6)))
-        assert dfa.matches(data) == reference_match(g, data, depth), data
+    check_random_grammar(seed)

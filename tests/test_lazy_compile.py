@@ -22,7 +22,7 @@ from grammars.errors import ConstraintError, StateBudgetError
 from grammars.json_schema import json_schema_grammar
 from grammars.nfa import NFA
 from grammars.regex import regex_grammar
-from tests.test_dfa import _random_node, live_states, reference_match
+from tests.test_dfa import _random_node, check_random_grammar, live_states, reference_match
 
 CORPUS = Path(__file__).resolve().parent.parent / "bench" / "corpus"
 DFA_CLASSES = [LazyDFA] + ([native_dfa_class()] if native_dfa_class() else [])
@@ -32,16 +32,7 @@ DFA_CLASSES = [LazyDFA] + ([native_dfa_class()] if native_dfa_class() else [])
 @pytest.mark.parametrize("seed", range(40))
 def test_counter_loops_match_the_reference_and_stay_live(seed: int, cls: type) -> None:
     """Counted repeats (with rule calls inside and around them) vs the reference matcher; every state live."""
-    rng = random.Random(seed)
-    names = [f"r{i}" for i in range(rng.randint(1, 2))]
-    g = Grammar({n: _random_node(rng, names, 0, counted=True) for n in names}, start=names[0])
-    depth = rng.randint(0, 3)
-    dfa = cls(g, max_depth=depth, max_states=20000)
-    live, _ = live_states(dfa)
-    assert dfa.is_empty or live == set(range(dfa.num_states))
-    for _ in range(80):
-        data = bytes(rng.choice(b"abc") for _ in range(rng.randint(0, 14)))
-        assert dfa.matches(data) == reference_match(g, data, depth), data
+    check_random_grammar(seed, cls, max_rules=2, counted=True, max_states=20000, texts=80, max_len=14)
 
 
 @pytest.mark.parametrize("cls", DFA_CLASSES, ids=lambda c: c.__name__)
