@@ -24,19 +24,18 @@ line with status 2, before the model is loaded.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import signal
 import sys
-import tempfile
-import threading
 import time
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, NoReturn, Sequence
+from typing import Any, NoReturn, Sequence
 
+from constrained.cli_io import (
+    BadLine, BatchOutput, Interrupted, UsageError, check_text, prompt_of, read_lines, read_utf8, say,
+    signals_interrupt,
+)
 from grammars.errors import SchemaNote
 
 __all__ = ["main"]
@@ -44,10 +43,6 @@ __all__ = ["main"]
 EXIT_USAGE = 2
 # The default model: small vocabulary (32k), so a cold start stays short on a CPU.
 TINY_ARCH, TINY_VOCAB = "llama", "llama-spm"
-
-
-class UsageError(Exception):
-    """Bad input from the user: reported on one line, exit status 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -94,23 +89,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             warnings.simplefilter("ignore", SchemaNote)   # printed once, as notes, when the input is checked
             return args.run(args)
     except UsageError as e:
-        _say(f"constrained: error: {e}")
+        say(f"constrained: error: {e}")
         return EXIT_USAGE
-    except _Interrupted as e:
+    except Interrupted as e:
         return e.code
     except BrokenPipeError:
-        _say("constrained: error: stdout was closed before all the output was written; use --output with --input")
+        say("constrained: error: stdout was closed before all the output was written; use --output with --input")
         return 1
     except KeyboardInterrupt:
         return 130
     except Exception as e:  # a failure past input checking (model load, backend): still one line
         print(f"constrained: error: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
-
-
-def _say(line: str) -> None:
-    if sys.stderr is not None:
-        print(line, file=sys.stderr)
 
 
 def _bench(argv: list[str]) -> int:
@@ -202,17 +192,17 @@ def _positive_int(text: str) -> int:
 
 def _run_generate(args: argparse.Namespace) -> int:
     items = _requests(args)  # every input check happens before the (slow) model load
-    bad = [item for _, item in items if isinstance(item, _BadLine)]
+    bad = [item for _, item in items if isinstance(item, BadLine)]
     for line in bad:
-        print(f"constrained: error: {line.error}", file=sys.stderr)
-    requests = [item for _, item in items if not isinstance(item, _BadLine)]
+        say(f"constrained: error: {line.error}")
+    requests = [item for _, item in items if not isinstance(item, BadLine)]
     if args.input is None:
         return _run_single(args, requests)
-    with _BatchOutput(args.output, items) as out:   # the output is checked before any model load
+    with BatchOutput(args.output, items) as out:   # the output is checked before any model load
         if not requests:                           # nothing to generate: no model to load
             return 1
-        good = [k for k, (_, item) in enumerate(items) if not isinstance(item, _BadLine)]
-        with _signals_interrupt():
+        good = [k for k, (_, item) in enumerate(items) if not isinstance(item, BadLine)]
+        with signals_interrupt():
             results, summary = _generate(args, requests, progress=True,
                                          on_result=lambda i, samples: out.write(good[i], samples))
         out.finish()
@@ -236,7 +226,7 @@ def _generate(args: argparse.Namespace, requests: list[Any], **options: Any) -> 
     model, note = _load_model(args)
     load_s = time.perf_counter() - started
     if note:
-        _say(note)
+        say(note)
     from constrained.generate import generate_batch
 
     before = dict(model.stats)
@@ -246,108 +236,8 @@ def _generate(args: argparse.Namespace, requests: list[Any], **options: Any) -> 
     return results, lambda: _print_summary(results, elapsed, load_s, model, before)
 
 
-class _Interrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM during a batch; `code` is the exit status (130 or 143)."""
-
-    def __init__(self, code: int) -> None:
-        super().__init__(code)
-        self.code = code
-
-
-@contextlib.contextmanager
-def _signals_interrupt() -> Iterator[None]:
-    """Turn SIGTERM (and SIGINT) into `_Interrupted` while generating, so the rows done are kept."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        raise _Interrupted(128 + signum)
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-class _BatchOutput:
-    """Batch rows written as each request finishes, flushed, to a temporary file
-    beside the output; `finish` rewrites it in input order and renames it into
-    place. Interrupted, the rows done so far (in completion order) are renamed
-    into place and the exit status is 130 (SIGINT) or 143 (SIGTERM)."""
-
-    def __init__(self, path: str | None, items: list[tuple[int | None, Any]]) -> None:
-        self.path, self.items, self.rows = path, items, {}
-        self.tmp, self.done = None, False
-        if path is not None:
-            target = Path(path)
-            if target.is_dir():
-                raise UsageError(f"--output: {path} is a directory")
-            try:
-                fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent or ".")
-            except OSError as e:
-                raise UsageError(f"--output: cannot write beside {path}: {e.strerror or e}") from None
-            self.tmp, self.file = Path(name), os.fdopen(fd, "w", encoding="utf-8")
-        for k, (lineno, item) in enumerate(items):
-            if isinstance(item, _BadLine):
-                self.write(k, None)
-
-    def __enter__(self) -> "_BatchOutput":
-        return self
-
-    def write(self, k: int, samples: list[Any] | None) -> None:
-        lineno, item = self.items[k]
-        if samples is None:
-            row = {"line": lineno, "prompt": item.prompt, "samples": [], "error": item.error}
-        else:
-            prompt = item.prompt if isinstance(item.prompt, str) else list(item.prompt)
-            row = {"line": lineno, "prompt": prompt, "samples": [s.to_dict() for s in samples]}
-        self.rows[k] = text = json.dumps(row, ensure_ascii=False) + "\n"
-        if self.tmp is not None:
-            self.file.write(text)
-            self.file.flush()
-
-    def finish(self) -> None:
-        """Every row is in: write them in input order."""
-        self.done = True
-        if self.tmp is None:
-            sys.stdout.write("".join(self.rows[k] for k in sorted(self.rows)))
-            return
-        self.file.seek(0)
-        self.file.truncate()
-        self.file.write("".join(self.rows[k] for k in sorted(self.rows)))
-        self._close()
-
-    def _close(self) -> None:
-        self.file.close()
-        os.replace(self.tmp, self.path)
-        self.tmp = None
-
-    def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
-        if self.tmp is not None:                   # not finished: keep what is done
-            self._close()
-        elif self.path is None and not self.done:
-            sys.stdout.write("".join(self.rows[k] for k in sorted(self.rows)))
-        if isinstance(exc, KeyboardInterrupt):
-            where = self.path or "stdout"
-            print(f"constrained: interrupted: {len(self.rows)} of {len(self.items)} rows written to {where}",
-                  file=sys.stderr)
-            raise _Interrupted(getattr(exc, "code", 130)) from None
-        return False
-
-
-@dataclass
-class _BadLine:
-    """An --input line that is not a valid request: written as an error row, the other lines go on."""
-
-    prompt: Any
-    error: str
-
-
 def _requests(args: argparse.Namespace) -> list[tuple[int | None, Any]]:
-    """(input line number, request or `_BadLine`) per request; single mode: one, numbered None."""
+    """(input line number, request or `BadLine`) per request; single mode: one, numbered None."""
     from constrained.generate import GenerationRequest
 
     common = dict(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
@@ -356,24 +246,24 @@ def _requests(args: argparse.Namespace) -> list[tuple[int | None, Any]]:
         if args.prompt is not None or args.prompt_file is not None:
             raise UsageError("give --prompt/--prompt-file or --input, not both")
         items: list[Any] = []
-        for i, line in _read_lines(args.input):
+        for i, line in read_lines(args.input):
             try:
                 items.append((i, _request_from_line(line, i, args, common)))
             except UsageError as e:
                 if args.fail_fast:
                     raise
-                items.append((i, _BadLine(_prompt_of(line), str(e))))
+                items.append((i, BadLine(prompt_of(line), str(e))))
         return items
     if args.prompt_file is not None:
         path = Path(args.prompt_file)
         if not path.is_file():
             raise UsageError(f"--prompt-file: no such file: {args.prompt_file}")
-        args.prompt = _read_utf8(path, "--prompt-file")
+        args.prompt = read_utf8(path, "--prompt-file")
     if args.prompt is None:
         raise UsageError("give --prompt TEXT, --prompt-file PATH (or --input FILE.jsonl)")
-    _check_text(args.prompt, "--prompt")
+    check_text(args.prompt, "--prompt")
     if args.prompt_file is None and args.prompt.startswith("@") and Path(args.prompt[1:]).is_file():
-        _say(f"constrained: note: the prompt is the text {args.prompt!r}; to read that file, use --prompt-file")
+        say(f"constrained: note: the prompt is the text {args.prompt!r}; to read that file, use --prompt-file")
     if args.output:
         raise UsageError("--output goes with --input; single mode prints to stdout")
     request = GenerationRequest(prompt=args.prompt, **common, **_constraint(args.schema, args.regex, args, None))
@@ -422,17 +312,8 @@ def _constraint(schema: Any, regex: Any, args: argparse.Namespace, where: str | 
     _check_not_empty(grammar, where)
     for note in grammar.info.get("report", ()):   # once per schema, here; compiling again warns nothing
         if note.kind != "vendor" or args.verbose:
-            _say(f"constrained: note: {where}: {note}")
+            say(f"constrained: note: {where}: {note}")
     return {"schema": schema, "options": {**options, "max_states": args.max_states}}
-
-
-def _check_text(text: str, where: str) -> None:
-    """A prompt must be text: no lone surrogates (bytes that were not UTF-8 on the command line, or `\\udc80`)."""
-    for i, ch in enumerate(text):
-        if "\ud800" <= ch <= "\udfff":
-            what = f"byte {ord(ch) - 0xDC00:#04x}" if ch >= "\udc80" and ord(ch) <= 0xDCFF else f"lone surrogate U+{ord(ch):04X}"
-            raise UsageError(f"{where} is not valid text: {what} at character {i}; pass UTF-8 text "
-                             "(e.g. convert the file with iconv -t utf-8)")
 
 
 def _check_not_empty(grammar: Any, where: str) -> None:
@@ -454,45 +335,11 @@ def _load_schema_arg(value: str, where: str) -> Any:
         path = Path(value)
         if not path.is_file():
             raise UsageError(f"{where}: no such file: {value}")
-        text, origin = _read_utf8(path, where), str(path)
+        text, origin = read_utf8(path, where), str(path)
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise UsageError(f"{where}: {origin} is not valid JSON: {e}") from None
-
-
-def _read_utf8(path: Path, where: str) -> str:
-    data = path.read_bytes()
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise UsageError(f"{where}: {path} is not UTF-8: byte {data[e.start]:#04x} at offset {e.start} (line {line}); "
-                         "save it as UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
-
-
-def _read_lines(path: str) -> list[tuple[int, str]]:
-    p = Path(path)
-    if not p.is_file():
-        raise UsageError(f"--input: no such file: {path}")
-    lines = [(i, line) for i, line in enumerate(_read_utf8(p, "--input").splitlines(), 1) if line.strip()]
-    if not lines:
-        raise UsageError(f"--input: {path} has no requests")
-    return lines
-
-
-def _prompt_of(line: str) -> Any:
-    """The "prompt" of a JSONL line, when it has one, for its error row."""
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError:
-        return None
-    prompt = obj.get("prompt") if isinstance(obj, dict) else None
-    try:
-        _check_text(prompt, "") if isinstance(prompt, str) else None
-    except UsageError:
-        return None                                # not writable as UTF-8: the error says why
-    return prompt
 
 
 _LINE_KEYS = {"prompt", "schema", "regex", "n", "max_tokens", "temperature", "top_p", "seed", "chat"}
@@ -508,7 +355,7 @@ def _request_from_line(line: str, lineno: int, args: argparse.Namespace, common:
         raise UsageError(f"{where}: not valid JSON: {e}") from None
     if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str):
         raise UsageError(f"{where}: each line must be an object with a string \"prompt\"")
-    _check_text(obj["prompt"], f"{where}: \"prompt\"")
+    check_text(obj["prompt"], f"{where}: \"prompt\"")
     unknown = sorted(set(obj) - _LINE_KEYS)
     if unknown:
         raise UsageError(f"{where}: unknown key(s) {unknown}; expected some of {sorted(_LINE_KEYS)}")
@@ -636,7 +483,7 @@ def _print_samples(samples: list[Any], as_json: bool) -> int:
             print(sample.text, flush=True)
         if sample.status != "complete":
             why = sample.error or f"cut off after {len(sample.token_ids)} tokens; raise --max-tokens"
-            _say(f"constrained: sample {i}: {sample.status}: {why}")
+            say(f"constrained: sample {i}: {sample.status}: {why}")
     return 0 if all(s.status == "complete" for s in samples) else 1
 
 
