@@ -4,13 +4,16 @@
 (which says what the NFA is); this module says how its pieces are made:
 
 - counted repeats past `UNROLL_LIMIT` become counter loops (ENTER, HEAD and
-  INC call edges; the count is a frame on the DFA configuration's stack);
+  INC call edges; the count is a frame on the DFA configuration's stack); a
+  nullable item loops as `non_empty(item)`, so no round is empty;
 - a node built again is copied from the edges recorded for its first build,
   or, from `SUBROUTINE_MIN` states on, called as a subroutine (FREE call)
   whose body is made after the grammar's rules;
 - `share`d nodes common to many grammars (whitespace, string characters,
   numbers, the any-value rule) are built once per process and replayed from a
-  template; rule calls in a template are kept by name;
+  template (rule calls in it kept by name); from `SUBROUTINE_MIN` states they
+  are subroutines from their first use, the template recorded off to the side
+  so that an NFA's shape never depends on what the process built before;
 - alternatives share common suffixes and left-factor leading byte sets.
 
 Example:
