@@ -30,9 +30,9 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from grammars.ast import EMPTY, NOTHING, Node, alt, optional, seq
+from grammars.ast import EMPTY, NOTHING, Alt, Node, Seq, alt, optional, seq
 from grammars.errors import UnsupportedSchemaError
-from grammars.json_strings import quoted, string_literal, string_not_in
+from grammars.json_strings import key_literal, quoted, string_literal, string_not_in
 from grammars.json_length import expanded_size
 from grammars.json_values import counted, union
 
@@ -63,7 +63,7 @@ def object_node(c: "Compiler", s: dict, path: str, base: str) -> Node:
             if req:
                 return NOTHING
             continue
-        members.append((seq(quoted(string_literal(name)), c.ws.colon, value), req))
+        members.append((seq(quoted(key_literal(name)), c.ws.colon, _unit(value)), req))
     declared = set(props) | set(required)
     extra_member = _extra_member(c, declared, patterns, extra, names_schema, path, base)
     lo, hi = s.get("minProperties", 0), s.get("maxProperties")
@@ -145,6 +145,17 @@ def _pattern_member(c: "Compiler", declared: set, patterns: dict, extra: Any, na
     if value == NOTHING:
         return None
     return seq(quoted(key), c.ws.colon, value)
+
+
+def _unit(value: Node) -> Node:
+    """`value` as one item of the sequences it goes into (`seq` flattens a `Seq`).
+
+    A value used in several places (each optional member is in "first member"
+    and in "a later member"; array items in the first and the later places)
+    is then one node, which the NFA builds once and calls as a subroutine
+    from its other uses, rather than its items copied one by one.
+    """
+    return Alt((value,)) if type(value) is Seq else value
 
 
 class _Layout:
@@ -240,7 +251,7 @@ def array_node(c: "Compiler", s: dict, path: str, base: str) -> Node:
     items = s.get("items", True)
     lo, hi = s.get("minItems", 0), s.get("maxItems")
     elems = [c.node(p, f"{path}.prefixItems[{i}]", base) for i, p in enumerate(prefix)]
-    rest = c.node(items, f"{path}.items", base) if items is not False else NOTHING
+    rest = _unit(c.node(items, f"{path}.items", base)) if items is not False else NOTHING
     ws, k = c.ws, len(prefix)
 
     def tail(i: int) -> Node:

@@ -24,7 +24,7 @@ always get at least `max_recursion_depth` levels.
 | `minLength` `maxLength` | exact, in code points (an escape or surrogate pair counts once) |
 | `pattern` | ECMA-262, search semantics, over every JSON spelling of each character; with min/maxLength an exact product (unsupported past a size budget) |
 | `format` | date, time, date-time, duration, email (dot-atom subset), hostname (<=253 chars subset), ipv4, ipv6, uri, uuid: exact per RFC, plain (unescaped) spelling; others unsupported (ignored with `allow_approximate`) |
-| `properties` `required` | exact; order = `properties` order, then required-only names; optional ones skippable (n optional properties before the first required one cost ~n^2/2 member copies, ~2n^1.5 past 24) |
+| `properties` `required` | exact; order = `properties` order, then required-only names; optional ones skippable; names written as JSON encoders write them (printable ASCII raw, never `\\u`-escaped) (n optional properties before the first required one cost ~n^2/2 member copies, ~2n^1.5 past 24) |
 | `additionalProperties` | exact, default `true` (extra keys after the declared ones, never repeating a declared name; while an extra key still spells the start of a declared name, its printable ASCII is written raw, not `\\u`-escaped); `strict=True` makes the default `false` |
 | `patternProperties` | with `additionalProperties: false`, one schema for all patterns, no declared name matching a pattern; else unsupported |
 | `propertyNames` | exact for declared names; extra keys: when no declared name is admitted, or as an `enum` |

@@ -31,7 +31,7 @@ from grammars.json_numbers import fixed_range
 from grammars.fragments import share
 
 __all__ = [
-    "json_char", "ANY_CHAR", "ALL_CODEPOINTS", "string_literal", "string_not_in", "quoted",
+    "json_char", "ANY_CHAR", "ALL_CODEPOINTS", "string_literal", "key_literal", "string_not_in", "quoted",
     "any_string_body", "normalize_ranges", "SHORT_ESCAPES",
 ]
 
@@ -159,9 +159,11 @@ _ANY_REST: Node = share(star(ANY_CHAR))
 # raw bytes of printable ASCII that need no escape; and "a character that is not printable
 # ASCII, or is an escaped quote or backslash, then any rest" (`string_not_in`)
 _RAW_PRINTABLE = sum(1 << b for b in range(0x20, 0x7F) if b not in (0x22, 0x5C))
-_LEAVE_UNPRINTABLE: Node = share(seq(alt(
+# (the leading alternation is shared on its own: `_raw_not_in` puts this in an
+# alternation whose branches the NFA splits into their items, see `fragments`)
+_LEAVE_UNPRINTABLE: Node = share(seq(share(alt(
     json_char(((0, 0x1F), (0x7F, MAX_CODEPOINT))),
-    seq(literal(b"\\"), byteset(b'"\\'))), _ANY_REST))
+    seq(literal(b"\\"), byteset(b'"\\')))), _ANY_REST))
 
 
 def any_string_body(min_length: int = 0, max_length: int | None = None) -> Node:
@@ -178,6 +180,26 @@ def quoted(body: Node) -> Node:
 def string_literal(text: str) -> Node:
     """Every JSON spelling of the body of the string `text`."""
     return seq(*(json_char(((ord(c), ord(c)),)) for c in text))
+
+
+def key_literal(name: str) -> Node:
+    """The body of the object key `name` as JSON encoders write it: printable
+    ASCII raw (`"` and `\\` as `\\"` and `\\\\`), other characters in every
+    spelling. A `\\u0061` for `a` is refused, as in `string_not_in`; a key is
+    then one NFA state per character instead of eight (every `\\u00XX` case).
+
+    Example:
+        >>> from grammars.dfa import LazyDFA
+        >>> from grammars.ast import Grammar
+        >>> dfa = LazyDFA(Grammar({"start": key_literal("a\u00e9")}))
+        >>> [dfa.matches(s) for s in ("a\u00e9".encode(), b"a\\u00e9", b"\\u0061\\u00e9")]
+        [True, True, False]
+    """
+    return seq(*(_RAW_KEY_CHAR[c] if c in _RAW_KEY_CHAR else json_char(((ord(c), ord(c)),)) for c in name))
+
+
+_RAW_KEY_CHAR = {chr(b): literal(bytes([b])) for b in range(0x20, 0x7F) if b not in (0x22, 0x5C)}
+_RAW_KEY_CHAR.update({'"': literal(b'\\"'), "\\": literal(b"\\\\")})
 
 
 def string_not_in(words: Iterable[str]) -> Node:

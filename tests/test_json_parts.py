@@ -17,7 +17,7 @@ from grammars.dfa import LazyDFA
 from grammars.errors import UnsupportedSchemaError
 from grammars.json_length import restrict_length
 from grammars.json_numbers import Interval, int_range, integer_multiples, number_interval
-from grammars.json_strings import ANY_CHAR, json_char, string_not_in
+from grammars.json_strings import ANY_CHAR, json_char, key_literal, string_not_in
 from grammars.regex import regex_node
 
 
@@ -133,6 +133,29 @@ def test_string_not_in_against_its_oracle(words: list[str]) -> None:
         body = "".join(sp for sp, _ in spelled)
         assert json.loads('"' + body + '"') == "".join(c for _, c in spelled)
         assert automaton.matches(body.encode()) == _not_in_oracle(words, spelled), body
+
+
+def _key_oracle(name: str, spelled: list[tuple[str, str]]) -> bool:
+    """`key_literal(name)` by its docstring: the text is `name`, and its printable ASCII is
+    raw (`"` and `\\` short-escaped); other characters in any spelling."""
+    if "".join(c for _, c in spelled) != name:
+        return False
+    return all(not " " <= ch <= "~" or spelling == (ch if ch not in '"\\' else "\\" + ch) for spelling, ch in spelled)
+
+
+@pytest.mark.parametrize("name", ["a", "ab/", "é", "a\nb", 'a"b', "\\", "\U0001F600a", "aA"])
+def test_key_literal_against_its_oracle(name: str) -> None:
+    import itertools
+
+    automaton = dfa(key_literal(name))
+    per_char = [[sp for sp in _SPELLINGS if sp[1] == ch] for ch in name]
+    cases = [list(spelled) for spelled in itertools.product(*per_char)]           # every spelling of the name
+    assert any(_key_oracle(name, c) for c in cases)
+    rng = __import__("random").Random(name)
+    cases += [[rng.choice(_SPELLINGS) for _ in range(len(name))] for _ in range(300)]
+    for spelled in cases:
+        body = "".join(sp for sp, _ in spelled)
+        assert automaton.matches(body.encode()) == _key_oracle(name, spelled), body
 
 
 PATTERNS = ["^[a-z]+(-[0-9]{2,4})?$", "A[a-z]", "^(ab|c)*$", "x", "^.{2,}$"]
