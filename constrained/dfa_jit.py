@@ -108,6 +108,7 @@ class JitDFA(LazyDFA):
         if self._k is None:
             raise ImportError("JitDFA needs numba: pip install 'constrained[fast]'")
         nfa = self._init_nfa(grammar, max_states, max_depth)
+        self._nbytes_of: tuple | None = None
         self._N = self._nfa_arrays(nfa)
         self._alloc()
         self.initial: int = self._run(self._k.start_state, nfa.rule_start[0])
@@ -230,8 +231,13 @@ class JitDFA(LazyDFA):
 
     @property
     def nbytes(self) -> int:
-        arrays = self._S + self._N + self._W
-        return int(sum(a.nbytes for a in arrays) + 120 * self._n + 2100 * len(self._trans))
+        # O(1) unless the arrays were replaced (they only grow): the compile cache
+        # asks every cached FSM for its size on each compile
+        S, N, W = self._S, self._N, self._W
+        known = self._nbytes_of
+        if known is None or known[0] is not S or known[1] is not N or known[2] is not W:
+            known = self._nbytes_of = (S, N, W, sum(a.nbytes for a in S + N + W))
+        return int(known[3] + 120 * self._n + 2100 * len(self._trans))
 
     def expand(self, states: Iterable[int] | np.ndarray) -> None:
         todo = np.asarray(states, dtype=np.int64).ravel()
