@@ -110,6 +110,9 @@ class JitDFA(LazyDFA):
         nfa = self._init_nfa(grammar, max_states, max_depth)
         self._nbytes_of: tuple | None = None
         self._N = self._nfa_arrays(nfa)
+        # the per-state lists become the kernels' arrays: a list of n ints is n references
+        # for every full GC collection to walk, and the compile cache keeps many NFAs
+        nfa.need, nfa.is_end = self._N[0], self._N[6].view(np.bool_)
         self._alloc()
         self.initial: int = self._run(self._k.start_state, nfa.rule_start[0])
 

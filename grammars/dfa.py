@@ -94,7 +94,8 @@ class LazyDFA:
         """The NFA and byte classes (shared with subclasses that determinize differently)."""
         if max_depth < 0:
             raise ValueError(f"max_depth must be >= 0, got {max_depth}")
-        self.grammar = grammar
+        # (the grammar is not kept: a cached FSM would hold its whole syntax tree,
+        # thousands of objects that every full GC collection walks)
         self.max_states = max_states
         self.max_depth = max_depth
         self.nfa = nfa = NFA(grammar, max_depth=max_depth)
