@@ -25,7 +25,7 @@ from functools import lru_cache
 from typing import Iterable
 
 from grammars.ast import (
-    EMPTY, MAX_CODEPOINT, NOTHING, ByteSet, Node, alt, byteset, codepoints, literal, repeat, seq, star,
+    EMPTY, MAX_CODEPOINT, NOTHING, Alt, ByteSet, Node, Seq, alt, byteset, codepoints, literal, repeat, seq, star,
 )
 from grammars.json_numbers import fixed_range
 from grammars.fragments import share
@@ -234,13 +234,25 @@ def string_not_in(words: Iterable[str]) -> Node:
 
 
 def _raw_not_in(trie: dict) -> Node:
-    """`_not_in` for words of raw printable ASCII (see `string_not_in`)."""
-    kids = dict(_children(trie))
-    parts = [] if trie.get(None) else [EMPTY]
-    parts += [seq(byteset([cp]), _raw_not_in(kids[cp])) for cp in sorted(kids)]
-    others = _RAW_PRINTABLE & ~sum(1 << cp for cp in kids)
-    parts += [seq(ByteSet(others), _ANY_REST), _LEAVE_UNPRINTABLE]
-    return alt(*parts)
+    """`_not_in` for words of raw printable ASCII (see `string_not_in`).
+
+    Nodes are made directly, not through `seq`/`alt`: no branch here is a
+    `Seq` to flatten, a bare byte set to merge or a duplicate, and this is the
+    largest part of compiling objects that allow additional properties.
+    """
+    parts: list[Node] = [] if trie.get(None) else [EMPTY]
+    taken = 0
+    for cp in sorted(k for k in trie if k is not None):
+        taken |= 1 << cp
+        parts.append(Seq((_BYTES[cp], _raw_not_in(trie[cp]))))
+    others = _RAW_PRINTABLE & ~taken
+    if others:
+        parts.append(Seq((ByteSet(others), _ANY_REST)))
+    parts.append(_LEAVE_UNPRINTABLE)
+    return Alt(tuple(parts))
+
+
+_BYTES = [byteset([b]) for b in range(256)]
 
 
 def _not_in(trie: dict, rest: Node) -> Node:

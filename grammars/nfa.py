@@ -181,21 +181,31 @@ class NFA(FragmentBuilder):
         for end in self.rule_end:
             self.is_end[end] = True
         self.max_depth = max_depth
-        self.need: list[int] = self._compute_need(max_depth)
-        self.arrays = self._csr()
+        cols = self._columns()
+        self.need: list[int] = self._compute_need(max_depth, cols)
+        self.arrays = self._csr(cols)
         del self._frags, self._dead, self._mask_id, self._eps_src, self._eps_dst, self._byte_src, self._byte_mask, self._byte_dst
         del self._call_src, self._call_rule, self._call_dst, self._call_op, self._call_to, self._call_lo, self._call_hi
         del self._subs, self._pending, self._labels
 
-    def _csr(self) -> "NFAArrays":
-        """The flat edge columns grouped per source state, in numpy (order kept)."""
+    def _columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The edge columns in numpy, one conversion each: epsilon (src, dst), byte
+        (src, dst, mask id) and call edges (src, rule, dst, op, to, lo, hi), as rows."""
+        def table(*cols: list[int]) -> np.ndarray:
+            return np.array(cols, dtype=np.int64) if cols[0] else np.zeros((len(cols), 0), dtype=np.int64)
+
+        return (table(self._eps_src, self._eps_dst), table(self._byte_src, self._byte_dst, self._byte_mask),
+                table(self._call_src, self._call_rule, self._call_dst, self._call_op, self._call_to, self._call_lo,
+                      self._call_hi))
+
+    def _csr(self, cols: tuple[np.ndarray, np.ndarray, np.ndarray]) -> "NFAArrays":
+        """The edge columns (`_columns`) grouped per source state (order kept)."""
         n = self._count
 
-        def group(src: list[int], *cols: list[int]) -> tuple[np.ndarray, ...]:
+        def group(table: np.ndarray) -> tuple[np.ndarray, ...]:
             ptr = np.zeros(n + 1, dtype=np.int64)
-            if not src:  # e.g. no calls: skip the numpy calls, which dominate small NFAs
-                return (ptr,) + tuple(np.zeros(0, dtype=np.int64) for _ in cols)
-            table = np.array((src, *cols), dtype=np.int64)  # one conversion for all columns
+            if not table.shape[1]:  # e.g. no calls
+                return (ptr, *table[1:])
             order = np.argsort(table[0], kind="stable")
             np.cumsum(np.bincount(table[0], minlength=n), out=ptr[1:])
             return (ptr, *table[1:, order])
@@ -204,11 +214,11 @@ class NFA(FragmentBuilder):
         rank = {m: i for i, m in enumerate(masks)}
         # first-use ids -> ascending-mask ids, applied to the whole column at once
         remap = np.array([rank[m] for m in self._mask_id], dtype=np.int64)
-        eps_ptr, eps_dst = group(self._eps_src, self._eps_dst)
-        edge_ptr, edge_dst, edge_mask = group(self._byte_src, self._byte_dst, self._byte_mask)
+        eps, byte, call = cols
+        eps_ptr, eps_dst = group(eps)
+        edge_ptr, edge_dst, edge_mask = group(byte)
         edge_mask = remap[edge_mask] if len(edge_mask) else edge_mask
-        call_ptr, call_rule, call_dst, call_op, call_to, call_lo, call_hi = group(
-            self._call_src, self._call_rule, self._call_dst, self._call_op, self._call_to, self._call_lo, self._call_hi)
+        call_ptr, call_rule, call_dst, call_op, call_to, call_lo, call_hi = group(call)
         if len(call_rule):              # rule calls go to their rule's start
             starts = np.array(self.rule_start, dtype=np.int64)
             call_to = np.where(call_rule >= 0, starts[np.maximum(call_rule, 0)], call_to)
@@ -292,7 +302,7 @@ class NFA(FragmentBuilder):
 
     # -- finishability ------------------------------------------------------
 
-    def _compute_need(self, max_depth: int) -> list[int]:
+    def _compute_need(self, max_depth: int, cols: tuple[np.ndarray, np.ndarray, np.ndarray]) -> list[int]:
         """need[s]: least nesting budget with which s reaches its rule's end (see `grammars.need`).
 
         A counter loop's item is a pseudo-rule (from the loop's body to the
@@ -303,30 +313,30 @@ class NFA(FragmentBuilder):
         is an epsilon move; INC is not followed (the pseudo-rule ends there).
         """
         n = self.num_states
-        ops = self._call_op
-        if self.fast_need and REG not in ops and not self._dead and 0 not in self._masks:
+        if self.fast_need and REG not in self._call_op and not self._dead and 0 not in self._masks:
             # Without rule calls and without dead parts (NOTHING, empty byte sets) every
             # Thompson fragment state reaches its fragment's exit, hence its rule's end.
             return [0] * n
-        src, dst = self._eps_src + self._byte_src, self._eps_dst + self._byte_dst
-        starts, ends = list(self.rule_start), list(self.rule_end)
-        item_end = {to: a for a, op, to in zip(self._call_src, ops, self._call_to) if op == INC}  # head -> item's end
-        calls: tuple[list[int], ...] = ([], [], [], [])
-        for a, op, b, to, r, lo in zip(self._call_src, ops, self._call_dst, self._call_to, self._call_rule,
-                                       self._call_lo):
-            if op == HEAD:
-                r = len(starts)
-                starts.append(to)
-                ends.append(item_end[a])
-                if lo == 0:
-                    src.append(a)
-                    dst.append(b)
-            elif op == ENTER:
-                src.append(a)
-                dst.append(to)
-                continue
-            elif op == INC:
-                continue
-            for col, v in zip(calls, (a, r, b, op != REG)):
-                col.append(v)
-        return (self.need_kernel or compute_need)(n, starts, ends, src, dst, *calls, max_depth=max_depth)
+        eps, byte, call = cols
+        c_src, c_rule, c_dst, c_op, c_to, c_lo, _ = call
+        # a loop head calls its item (body .. the state with the INC edge back to the head)
+        inc = c_op == INC
+        inc_to, inc_src = c_to[inc], c_src[inc]
+        head = np.flatnonzero(c_op == HEAD)
+        order = np.argsort(inc_to, kind="stable")
+        item_end = inc_src[order][np.searchsorted(inc_to[order], c_src[head])] if len(head) else head
+        n_rules = len(self.rule_start)
+        starts = np.concatenate((np.array(self.rule_start, dtype=np.int64), c_to[head]))
+        ends = np.concatenate((np.array(self.rule_end, dtype=np.int64), item_end))
+        rule = c_rule.copy()
+        rule[head] = n_rules + np.arange(len(head))
+        skip0 = head[c_lo[head] == 0]                  # lower bound 0: the head also reaches the exit
+        enter = np.flatnonzero(c_op == ENTER)           # ENTER: an epsilon move to the loop head
+        src = np.concatenate((eps[0], byte[0], c_src[skip0], c_src[enter]))
+        dst = np.concatenate((eps[1], byte[1], c_dst[skip0], c_to[enter]))
+        keep = (c_op != INC) & (c_op != ENTER)
+        calls = (c_src[keep], rule[keep], c_dst[keep], (c_op[keep] != REG).astype(np.int64))
+        if self.need_kernel is not None:
+            return self.need_kernel(n, starts, ends, src, dst, *calls, max_depth=max_depth)
+        return compute_need(n, starts.tolist(), ends.tolist(), src.tolist(), dst.tolist(),
+                            *(c.tolist() for c in calls), max_depth=max_depth)
