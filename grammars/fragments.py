@@ -27,7 +27,8 @@ from __future__ import annotations
 
 from grammars.ast import Alt, ByteSet, Node, Ref, Repeat, Seq, non_empty, repeat, surely_nullable
 
-__all__ = ["FragmentBuilder", "share", "REG", "FREE", "ENTER", "HEAD", "INC", "UNROLL_LIMIT", "SUBROUTINE_MIN"]
+__all__ = ["FragmentBuilder", "share", "trie_complement", "REG", "FREE", "ENTER", "HEAD", "INC", "UNROLL_LIMIT",
+           "SUBROUTINE_MIN"]
 
 # Kinds of call edge (`NFAArrays.call_op`). REG: a rule call (`Ref`), one level of
 # nesting depth; FREE: a subroutine call, no depth; ENTER: push a counter frame
@@ -70,6 +71,30 @@ def share(node: Node) -> Node:
             _SHARED.clear()
             _TEMPLATES.clear()
         _SHARED[id(node)] = node
+    return node
+
+
+# Alternations that spell "a word of this trie, left at some node" (see `trie_complement`):
+# node -> (trie, printable mask, rest, leave). Bounded like `_SHARED`; a node missing here
+# is built the generic way, with the same language.
+_TRIES: dict[Node, tuple] = {}
+
+
+def trie_complement(node: Node, trie: dict, printable: int, rest: Node, leave: Node) -> Node:
+    """Register `node` as the complement of the words of `trie` (nested dicts keyed
+    by byte, `None: True` where a word ends): from each trie node a text may end
+    there (unless a word does), take a child's byte, or leave by a byte of
+    `printable` that no child has and go on with `rest`, or leave by `leave`
+    (which includes its rest). Returns `node`, which must spell exactly that.
+
+    The NFA then builds it directly: one state per trie node with its byte
+    edges, and one shared copy of `rest` and `leave` for the whole trie,
+    instead of an alternation per trie node (about six states and a
+    subroutine call each).
+    """
+    if len(_TRIES) >= 4096:
+        _TRIES.clear()
+    _TRIES[node] = (trie, printable, rest, leave)
     return node
 
 
@@ -147,10 +172,14 @@ class FragmentBuilder:
         elif kind is Seq:
             t = self._build_seq(node.items, 0, len(node.items), s)
         elif kind is Alt:
-            if not node.items:
-                self._dead = True  # NOTHING: its entry cannot reach its exit
-            t = self._new()
-            self._build_alt([_items(x) for x in node.items], s, t)
+            trie = _TRIES.get(node)
+            if trie is not None:
+                t = self._build_trie_complement(s, *trie)
+            else:
+                if not node.items:
+                    self._dead = True  # NOTHING: its entry cannot reach its exit
+                t = self._new()
+                self._build_alt([_items(x) for x in node.items], s, t)
         elif kind is Repeat:
             t = self._build_repeat(node, s)
         else:
@@ -337,6 +366,33 @@ class FragmentBuilder:
                     self._eps(self._build_seq(items, at, stop, u), target)
                 else:
                     todo.append((tails, u))
+
+    def _build_trie_complement(self, s: int, trie: dict, printable: int, rest: Node, leave: Node) -> int:
+        """A `trie_complement` from `s`: one state per trie node (the root is `s`)."""
+        t = self._new()
+        r = self._new()                              # a leaving byte was read: the rest
+        self._eps(self._build(rest, r), t)
+        out = self._new()                            # any trie node may leave by `leave`
+        self._eps(self._build(leave, out), t)
+        todo = [(trie, s)]
+        while todo:
+            node, q = todo.pop()
+            if not node.get(None):
+                self._eps(q, t)                      # not a word: the text may end here
+            taken = 0
+            for b in sorted(k for k in node if k is not None):
+                taken |= 1 << b
+                todo.append((node[b], self._byte(q, 1 << b)))
+            others = printable & ~taken
+            if others:
+                mid = self._mask_id.get(others)
+                if mid is None:
+                    mid = self._mask_id[others] = len(self._mask_id)
+                self._byte_src.append(q)
+                self._byte_mask.append(mid)
+                self._byte_dst.append(r)
+            self._eps(q, out)
+        return t
 
     def _byte(self, s: int, mask: int) -> int:
         """A byte edge from `s` to a fresh state; return that state."""

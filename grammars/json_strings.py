@@ -28,7 +28,7 @@ from grammars.ast import (
     EMPTY, MAX_CODEPOINT, NOTHING, Alt, ByteSet, Node, Seq, alt, byteset, codepoints, literal, repeat, seq, star,
 )
 from grammars.json_numbers import fixed_range
-from grammars.fragments import share
+from grammars.fragments import share, trie_complement
 
 __all__ = [
     "json_char", "ANY_CHAR", "ALL_CODEPOINTS", "string_literal", "key_literal", "string_not_in", "quoted",
@@ -229,7 +229,7 @@ def string_not_in(words: Iterable[str]) -> Node:
     # or leaves the trie at some node by a character no child has and then
     # continues freely (one shared any*): one walk of the trie says both.
     if all(_RAW_PRINTABLE >> ord(ch) & 1 for w in words for ch in w):
-        return _raw_not_in(trie)
+        return trie_complement(_raw_not_in(trie), trie, _RAW_PRINTABLE, _ANY_REST, _LEAVE_UNPRINTABLE)
     return _not_in(trie, _ANY_REST)
 
 
