@@ -14,7 +14,9 @@
   template (rule calls in it kept by name); from `SUBROUTINE_MIN` states they
   are subroutines from their first use, the template recorded off to the side
   so that an NFA's shape never depends on what the process built before;
-- alternatives share common suffixes and left-factor leading byte sets.
+- alternatives share common suffixes and left-factor leading byte sets;
+- a `trie_complement` (JSON keys other than the declared names) is built
+  straight from its trie, one state per trie node, not from its alternations.
 
 Example:
     >>> from grammars.ast import Grammar, byte_range, repeat
