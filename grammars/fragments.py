@@ -78,27 +78,21 @@ def share(node: Node) -> Node:
     return node
 
 
-# Alternations that spell "a word of this trie, left at some node" (see `trie_complement`):
-# node -> (trie, printable mask, rest, leave). Bounded like `_SHARED`; a node missing here
-# is built the generic way, with the same language.
-_TRIES: dict[Node, tuple] = {}
-
-
-def trie_complement(node: Node, trie: dict, printable: int, rest: Node, leave: Node) -> Node:
-    """Register `node` as the complement of the words of `trie` (nested dicts keyed
-    by byte, `None: True` where a word ends): from each trie node a text may end
-    there (unless a word does), take a child's byte, or leave by a byte of
-    `printable` that no child has and go on with `rest`, or leave by `leave`
-    (which includes its rest). Returns `node`, which must spell exactly that.
+def trie_complement(tries: dict, node: Node, trie: dict, printable: int, rest: Node, leave: Node) -> Node:
+    """Note in `tries` (a grammar's ``info["tries"]``) that `node` is the
+    complement of the words of `trie` (nested dicts keyed by byte, `None: True`
+    where a word ends): from each trie node a text may end there (unless a word
+    does), take a child's byte, or leave by a byte of `printable` that no child
+    has and go on with `rest`, or leave by `leave` (which includes its rest).
+    Returns `node`, which must spell exactly that: without the note (another
+    grammar, a copy of the node) it is built the generic way, same language.
 
     The NFA then builds it directly: one state per trie node with its byte
     edges, and one shared copy of `rest` and `leave` for the whole trie,
     instead of an alternation per trie node (about six states and a
-    subroutine call each).
+    subroutine call each). The note lives as long as its grammar, not the process.
     """
-    if len(_TRIES) >= 4096:
-        _TRIES.clear()
-    _TRIES[node] = (trie, printable, rest, leave)
+    tries[id(node)] = (node, trie, printable, rest, leave)
     return node
 
 
@@ -176,9 +170,9 @@ class FragmentBuilder:
         elif kind is Seq:
             t = self._build_seq(node.items, 0, len(node.items), s)
         elif kind is Alt:
-            trie = _TRIES.get(node)
+            trie = self._tries.get(id(node))
             if trie is not None:
-                t = self._build_trie_complement(s, *trie)
+                t = self._build_trie_complement(s, *trie[1:])
             else:
                 if not node.items:
                     self._dead = True  # NOTHING: its entry cannot reach its exit

@@ -104,7 +104,7 @@ def _extra_member(c: "Compiler", declared: set, patterns: dict, extra: Any, name
     if value == NOTHING:
         return None
     if names_schema is True:
-        key = string_not_in(declared)
+        key = string_not_in(declared, c.tries)
     else:
         key = _names_key(c, declared, names_schema, path, base)
     return None if key == NOTHING else seq(quoted(key), c.ws.colon, value)

@@ -120,7 +120,7 @@ def json_schema_grammar(
     body = c.root_node()
     rules = {"start": seq(c.ws.around, body, c.ws.around), **c.rules}
     info = {"max_depth": max_recursion_depth + max_any_depth + 1, "whitespace": policy, "labels": c.labels,
-            "max_recursion_depth": max_recursion_depth, "max_any_depth": max_any_depth,
+            "tries": c.tries, "max_recursion_depth": max_recursion_depth, "max_any_depth": max_any_depth,
             "kind": "JSON schema", "empty_at": c.empty, "report": _dedup(c.notes)}
     return Grammar(rules, "start", info, check_refs=False)     # the compiler defines every rule it refers to
 
@@ -156,6 +156,7 @@ class Compiler:
         self._acceptors: dict[int, tuple[Any, Any]] = {}
         # id(node) -> (node, JSON path): where each part of the grammar comes from (see `grammars.nfa`)
         self.labels: dict[int, tuple[Node, str]] = {}
+        self.tries: dict[int, tuple] = {}        # key complements the NFA builds from their tries
         self._depth = 0                          # nesting of `node` calls (see MAX_NESTING)
         self.empty: list[str] = []               # paths of subschemas that match nothing, innermost first
         self.notes: list[SchemaNote] = []        # the compile report: keywords ignored or not enforced
@@ -441,7 +442,7 @@ class Compiler:
         if excluded:
             if body is not None or lo or hi is not None:
                 raise UnsupportedSchemaError("not", path, "excluding strings together with length/pattern/format")
-            return string_not_in(excluded)
+            return string_not_in(excluded, self.tries)
         if body is None:
             return any_string_body(lo, hi)
         return restrict_length(body, lo, hi, path=path)

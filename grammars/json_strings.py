@@ -202,8 +202,11 @@ _RAW_KEY_CHAR = {chr(b): literal(bytes([b])) for b in range(0x20, 0x7F) if b not
 _RAW_KEY_CHAR.update({'"': literal(b'\\"'), "\\": literal(b"\\\\")})
 
 
-def string_not_in(words: Iterable[str]) -> Node:
+def string_not_in(words: Iterable[str], tries: dict | None = None) -> Node:
     """Bodies of all strings except `words` (complement of a finite set, via a trie).
+
+    `tries`: the grammar's ``info["tries"]``, where the trie is noted for the NFA
+    to build the complement from it directly (see `fragments.trie_complement`).
 
     While a string still spells the start of one of `words`, its printable
     ASCII characters are written raw (`"` and `\\` as `\\"` and `\\\\`): an
@@ -229,7 +232,10 @@ def string_not_in(words: Iterable[str]) -> Node:
     # or leaves the trie at some node by a character no child has and then
     # continues freely (one shared any*): one walk of the trie says both.
     if all(_RAW_PRINTABLE >> ord(ch) & 1 for w in words for ch in w):
-        return trie_complement(_raw_not_in(trie), trie, _RAW_PRINTABLE, _ANY_REST, _LEAVE_UNPRINTABLE)
+        node = _raw_not_in(trie)
+        if tries is not None:
+            trie_complement(tries, node, trie, _RAW_PRINTABLE, _ANY_REST, _LEAVE_UNPRINTABLE)
+        return node
     return _not_in(trie, _ANY_REST)
 
 

@@ -160,6 +160,7 @@ class NFA(FragmentBuilder):
         self._no_subs = 0                    # > 0 while recording a template (see `_build_shared`)
         self._pending: list[tuple[int, tuple[int, ...] | None, Node]] = []   # subroutine bodies to make
         self._labels: dict[int, tuple[Node, str]] = dict(grammar.info.get("labels") or {})
+        self._tries: dict[int, tuple] = grammar.info.get("tries") or {}   # see `fragments.trie_complement`
         # (first state, end state, label): the states each labeled node built (see `origin`)
         self.origins: list[tuple[int, int, str]] = []
         # node -> (entry, first state, end state, exit, edge offsets) of its first build
@@ -186,7 +187,7 @@ class NFA(FragmentBuilder):
         self.arrays = self._csr(cols)
         del self._frags, self._dead, self._mask_id, self._eps_src, self._eps_dst, self._byte_src, self._byte_mask, self._byte_dst
         del self._call_src, self._call_rule, self._call_dst, self._call_op, self._call_to, self._call_lo, self._call_hi
-        del self._subs, self._pending, self._labels
+        del self._subs, self._pending, self._labels, self._tries
 
     def _columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The edge columns in numpy, one conversion each: epsilon (src, dst), byte
