@@ -83,7 +83,7 @@ def trie_complement(tries: dict, node: Node, trie: dict, printable: int, rest: N
     complement of the words of `trie` (nested dicts keyed by byte, `None: True`
     where a word ends): from each trie node a text may end there (unless a word
     does), take a child's byte, or leave by a byte of `printable` that no child
-    has and go on with `rest`, or leave by `leave` (which includes its rest).
+    has, or by a text of `leave`, and go on with `rest`.
     Returns `node`, which must spell exactly that: without the note (another
     grammar, a copy of the node) it is built the generic way, same language.
 
@@ -368,10 +368,10 @@ class FragmentBuilder:
     def _build_trie_complement(self, s: int, trie: dict, printable: int, rest: Node, leave: Node) -> int:
         """A `trie_complement` from `s`: one state per trie node (the root is `s`)."""
         t = self._new()
-        r = self._new()                              # a leaving byte was read: the rest
-        self._eps(self._build(rest, r), t)
+        r = self._new()                              # the trie was left: the rest (one copy for
+        self._eps(self._build(rest, r), t)           # every way out, so that they share DFA states)
         out = self._new()                            # any trie node may leave by `leave`
-        self._eps(self._build(leave, out), t)
+        self._eps(self._build(leave, out), r)
         todo = [(trie, s)]
         while todo:
             node, q = todo.pop()

@@ -159,11 +159,12 @@ _ANY_REST: Node = share(star(ANY_CHAR))
 # raw bytes of printable ASCII that need no escape; and "a character that is not printable
 # ASCII, or is an escaped quote or backslash, then any rest" (`string_not_in`)
 _RAW_PRINTABLE = sum(1 << b for b in range(0x20, 0x7F) if b not in (0x22, 0x5C))
-# (the leading alternation is shared on its own: `_raw_not_in` puts this in an
+# (the leading character is shared on its own: `_raw_not_in` puts this in an
 # alternation whose branches the NFA splits into their items, see `fragments`)
-_LEAVE_UNPRINTABLE: Node = share(seq(share(alt(
+_LEAVE_CHAR: Node = share(alt(
     json_char(((0, 0x1F), (0x7F, MAX_CODEPOINT))),
-    seq(literal(b"\\"), byteset(b'"\\')))), _ANY_REST))
+    seq(literal(b"\\"), byteset(b'"\\'))))
+_LEAVE_UNPRINTABLE: Node = share(seq(_LEAVE_CHAR, _ANY_REST))
 
 
 def any_string_body(min_length: int = 0, max_length: int | None = None) -> Node:
@@ -234,7 +235,7 @@ def string_not_in(words: Iterable[str], tries: dict | None = None) -> Node:
     if all(_RAW_PRINTABLE >> ord(ch) & 1 for w in words for ch in w):
         node = _raw_not_in(trie)
         if tries is not None:
-            trie_complement(tries, node, trie, _RAW_PRINTABLE, _ANY_REST, _LEAVE_UNPRINTABLE)
+            trie_complement(tries, node, trie, _RAW_PRINTABLE, _ANY_REST, _LEAVE_CHAR)
         return node
     return _not_in(trie, _ANY_REST)
 
