@@ -237,3 +237,37 @@ def test_vectorized_forward_equals_forward(path: Path) -> None:
     nfa = NFA(g, max_depth=g.info["max_depth"])
     states = list(range(nfa.num_states))
     assert nfa.forward_many(states).tolist() == [nfa.forward(s) for s in states]
+
+
+def _live_nodes() -> int:
+    """Syntax-tree nodes the cyclic GC tracks in this process (`Seq`, `Alt`, `Repeat`)."""
+    import gc
+
+    from grammars.ast import Alt, Repeat, Seq
+
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if type(o) in (Seq, Alt, Repeat))
+
+
+def test_compiled_constraints_keep_no_syntax_trees(vocabulary) -> None:
+    """A server keeps up to 128 compiled FSMs: each full GC collection walks what they hold.
+    Compiling distinct schemas (objects with extra keys: key complements) and dropping them
+    leaves no syntax trees behind, in the FSMs or in process-wide tables."""
+    vocab = vocabulary("llama-bpe")
+
+    def schema(i: int) -> dict:
+        return {"type": "object", "properties": {f"name{i}x{j}": {"type": ["string", "number"]} for j in range(6)},
+                "required": [f"name{i}x0"]}
+
+    clear_cache()
+    compile_json_schema(schema(-1), vocab).guide().allowed_token_ids()   # process-wide tables warmed
+    clear_cache()
+    before = _live_nodes()
+    kept = [compile_json_schema(schema(i), vocab) for i in range(40)]
+    for fsm in kept:
+        fsm.guide().allowed_token_ids()
+    held = _live_nodes() - before
+    del kept, fsm
+    clear_cache()
+    assert held < 40, f"40 compiled FSMs hold {held} syntax-tree nodes"
+    assert _live_nodes() - before < 40
