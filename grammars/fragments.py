@@ -269,12 +269,7 @@ class FragmentBuilder:
         self._eps_dst.extend([b + d for b in eps_dst])
         self._byte_src.extend([s if a < 0 else a + d for a in byte_src])
         self._byte_dst.extend([b + d for b in byte_dst])
-        ids = []
-        for m in masks:
-            mid = self._mask_id.get(m)
-            if mid is None:
-                mid = self._mask_id[m] = len(self._mask_id)
-            ids.append(mid)
+        ids = [self._mask_index(m) for m in masks]
         self._byte_mask.extend([ids[i] for i in mask_idx])
         for a, op, b, to, lo, hi, name in calls:
             self._call(s if a < 0 else a + d, op, b + d, rule=-1 if name is None else self.rule_index[name],
@@ -383,20 +378,22 @@ class FragmentBuilder:
                 todo.append((node[b], self._byte(q, 1 << b)))
             others = printable & ~taken
             if others:
-                mid = self._mask_id.get(others)
-                if mid is None:
-                    mid = self._mask_id[others] = len(self._mask_id)
                 self._byte_src.append(q)
-                self._byte_mask.append(mid)
+                self._byte_mask.append(self._mask_index(others))
                 self._byte_dst.append(r)
             self._eps(q, out)
         return t
 
-    def _byte(self, s: int, mask: int) -> int:
-        """A byte edge from `s` to a fresh state; return that state."""
+    def _mask_index(self, mask: int) -> int:
+        """The id of byte mask `mask` in this NFA (ids in order of first use)."""
         mid = self._mask_id.get(mask)
         if mid is None:
             mid = self._mask_id[mask] = len(self._mask_id)
+        return mid
+
+    def _byte(self, s: int, mask: int) -> int:
+        """A byte edge from `s` to a fresh state; return that state."""
+        mid = self._mask_index(mask)
         t = self._count
         self._count = t + 1
         self._byte_src.append(s)
@@ -454,9 +451,7 @@ class FragmentBuilder:
     def _byte_repeat(self, mask: int, lo: int, hi: int, s: int) -> int:
         """`[mask]{lo,hi}` in bulk: the same edges, in the same column order, as
         the generic loop of `_build_repeat` (whitespace gaps are `[ \\t]{0,32}`)."""
-        mid = self._mask_id.get(mask)
-        if mid is None:
-            mid = self._mask_id[mask] = len(self._mask_id)
+        mid = self._mask_index(mask)
         c = self._count
         # lo mandatory bytes: s -> c -> c+1 ... -> c+lo-1
         if lo:

@@ -251,15 +251,12 @@ def _raw_not_in(trie: dict) -> Node:
     taken = 0
     for cp in sorted(k for k in trie if k is not None):
         taken |= 1 << cp
-        parts.append(Seq((_BYTES[cp], _raw_not_in(trie[cp]))))
+        parts.append(Seq((literal(bytes((cp,))), _raw_not_in(trie[cp]))))
     others = _RAW_PRINTABLE & ~taken
     if others:
         parts.append(Seq((ByteSet(others), _ANY_REST)))
     parts.append(_LEAVE_UNPRINTABLE)
     return Alt(tuple(parts))
-
-
-_BYTES = [byteset([b]) for b in range(256)]
 
 
 def _not_in(trie: dict, rest: Node) -> Node:
