@@ -196,19 +196,21 @@ class Compiler:
         s = check_schema(s, path, self.approximate, notes=self.notes)
         base = self.resolver.base_of(s, base)
         s = normalize(s, self.draft)
+        merged = False                         # `normalize` keeps checked keywords well-formed; merging may not
         if "$ref" in s:
             if all(k in ANNOTATIONS for k in s if k != "$ref"):
                 return self.ref(s["$ref"], path, base)
-            s = self.flatten(s, path, base)
+            s, merged = self.flatten(s, path, base), True
         if isinstance(s, dict) and "allOf" in s:
             branches = s["allOf"]
             if isinstance(branches, list) and len(branches) == 1 and all(k in ANNOTATIONS for k in s if k != "allOf"):
                 # `allOf: [x]` is x: compiled as such, a `$ref` in it stays a (possibly recursive) rule
                 return self.node(branches[0], f"{path}.allOf[0]", base)
-            s = self.flatten(s, path, base)
+            s, merged = self.flatten(s, path, base), True
         if not isinstance(s, dict):
             return self.node(s, path, base)
-        s = check_schema(s, path, self.approximate, warn_unknown=False, notes=self.notes)
+        if merged:
+            s = check_schema(s, path, self.approximate, warn_unknown=False, notes=self.notes)
         if "anyOf" in s or "oneOf" in s:
             return self._branches(s, path, base)
         return self._typed(s, path, base)

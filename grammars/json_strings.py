@@ -245,18 +245,28 @@ def _raw_not_in(trie: dict) -> Node:
 
     Nodes are made directly, not through `seq`/`alt`: no branch here is a
     `Seq` to flatten, a bare byte set to merge or a duplicate, and this is the
-    largest part of compiling objects that allow additional properties.
+    largest part of compiling objects that allow additional properties. Most
+    trie nodes have one child: their "any other byte, then the rest" branch is
+    one shared node per child byte.
     """
     parts: list[Node] = [] if trie.get(None) else [EMPTY]
-    taken = 0
-    for cp in sorted(k for k in trie if k is not None):
-        taken |= 1 << cp
-        parts.append(Seq((literal(bytes((cp,))), _raw_not_in(trie[cp]))))
-    others = _RAW_PRINTABLE & ~taken
-    if others:
-        parts.append(Seq((ByteSet(others), _ANY_REST)))
+    children = sorted(k for k in trie if k is not None)
+    for cp in children:
+        parts.append(Seq((_BYTE[cp], _raw_not_in(trie[cp]))))
+    if len(children) == 1:
+        parts.append(_OTHERS_REST[children[0]])
+    else:
+        others = _RAW_PRINTABLE & ~sum(1 << cp for cp in children)
+        if others:
+            parts.append(Seq((ByteSet(others), _ANY_REST)))
     parts.append(_LEAVE_UNPRINTABLE)
     return Alt(tuple(parts))
+
+
+_BYTE = [literal(bytes((b,))) for b in range(256)]
+# a trie node whose one child is byte b is left by any other raw printable byte, then anything
+_OTHERS_REST = {b: Seq((ByteSet(_RAW_PRINTABLE & ~(1 << b)), _ANY_REST)) for b in range(0x20, 0x7F)
+                if _RAW_PRINTABLE >> b & 1}
 
 
 def _not_in(trie: dict, rest: Node) -> Node:
