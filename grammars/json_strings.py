@@ -252,7 +252,7 @@ def _raw_not_in(trie: dict) -> Node:
     parts: list[Node] = [] if trie.get(None) else [EMPTY]
     children = sorted(k for k in trie if k is not None)
     for cp in children:
-        parts.append(Seq((_BYTE[cp], _raw_not_in(trie[cp]))))
+        parts.append(Seq((literal(bytes((cp,))), _raw_not_in(trie[cp]))))
     if len(children) == 1:
         parts.append(_OTHERS_REST[children[0]])
     else:
@@ -263,7 +263,6 @@ def _raw_not_in(trie: dict) -> Node:
     return Alt(tuple(parts))
 
 
-_BYTE = [literal(bytes((b,))) for b in range(256)]
 # a trie node whose one child is byte b is left by any other raw printable byte, then anything
 _OTHERS_REST = {b: Seq((ByteSet(_RAW_PRINTABLE & ~(1 << b)), _ANY_REST)) for b in range(0x20, 0x7F)
                 if _RAW_PRINTABLE >> b & 1}
