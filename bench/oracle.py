@@ -1,19 +1,20 @@
 """The validity oracle for benchmark corpora: `jsonschema` plus the spec's exact readings.
 
-`jsonschema` is the judge of every test's `valid` flag, with three fixes so
+`jsonschema` is the judge of every test's `valid` flag, with these fixes so
 that it reads the spec as written (the same ones `tests/test_json_schema.py`
 uses by importing them from here):
 
-- `multipleOf` in decimal (jsonschema divides floats and calls 19.99 not a
-  multiple of 0.01);
+- with `numbers="exact"` (the compile option of the same name), `multipleOf`
+  in decimal (jsonschema divides floats and calls 19.99 not a multiple of
+  0.01); by default it divides floats, as every double-based validator does;
 - `pattern` with ECMA-262's ASCII `\\d` / `\\w`;
 - reference checks for the formats whose optional checkers (rfc3339-validator,
   fqdn, rfc3987, isoduration) are usually not installed, so that a malformed
   `date-time` is not silently "valid".
 
 Example:
-    >>> is_valid({"type": "number", "multipleOf": 0.01}, 19.99)
-    True
+    >>> is_valid({"type": "number", "multipleOf": 0.01}, 19.99), is_valid({"type": "number", "multipleOf": 0.01}, 19.99, "exact")
+    (False, True)
     >>> is_valid({"type": "string", "format": "date-time"}, "2024-01-31 23:59:59Z")
     False
 """
@@ -92,16 +93,19 @@ def _ecma_pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> I
         yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
-def validator(schema: Any) -> Any:
+def validator(schema: Any, numbers: str = "double") -> Any:
     """A jsonschema validator for `schema` (its declared draft, else 2020-12) with the fixes above."""
     base = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    cls = jsonschema.validators.extend(base, {"multipleOf": _decimal_multiple_of, "pattern": _ecma_pattern})
+    fixes: dict[str, Any] = {"pattern": _ecma_pattern}
+    if numbers == "exact":
+        fixes["multipleOf"] = _decimal_multiple_of
+    cls = jsonschema.validators.extend(base, fixes)
     return cls(schema, format_checker=_format_checker(base))
 
 
-def is_valid(schema: Any, instance: Any) -> bool:
+def is_valid(schema: Any, instance: Any, numbers: str = "double") -> bool:
     """True iff `instance` is valid under `schema` (see the module docstring)."""
-    return validator(schema).is_valid(instance)
+    return validator(schema, numbers).is_valid(instance)
 
 
 def key_order(schema: Any) -> dict[str, int]:

@@ -192,36 +192,47 @@ def _split(x: Decimal) -> tuple[int, str]:
     return int(int_digits or "0"), frac
 
 
-def _any_frac(limit: int | None) -> Node:
-    """Digit strings (possibly empty); past `limit` digits only zeros."""
+def _any_frac(limit: int | None, capped: bool = False) -> Node:
+    """Digit strings (possibly empty); past `limit` digits only zeros (`capped`: nothing)."""
     if limit is None:
         return star(DIGIT)
-    return seq(repeat(DIGIT, 0, limit), star(ZERO))
+    return repeat(DIGIT, 0, limit) if capped else seq(repeat(DIGIT, 0, limit), star(ZERO))
 
 
-def _frac(lo: str | None, ls: bool, hi: str | None, hs: bool, limit: int | None, top: bool) -> Node:
+def _zeros(top: bool, limit: int | None, capped: bool) -> Node:
+    """A run of zeros (at least one if `top`), at most `limit` of them when `capped`."""
+    if capped:
+        return repeat(ZERO, 1 if top else 0, limit) if top <= (limit or 0) else NOTHING
+    return plus(ZERO) if top else star(ZERO)
+
+
+def _frac(lo: str | None, ls: bool, hi: str | None, hs: bool, limit: int | None, top: bool,
+          capped: bool = False) -> Node:
     """Fraction digit strings f with lo <(=) 0.f <(=) hi, digit by digit.
 
     `lo`/`hi` are the remaining bound digits ("" means the bound is zero
     from here on, None means that side is already decided). `top` forbids the
-    empty string (a fraction after '.' needs a digit).
+    empty string (a fraction after '.' needs a digit). Past `limit` digits
+    only zeros may follow, or, when `capped`, nothing.
     """
     if lo == "" and not ls:
         lo = None
     if hi == "" and hs:
         return NOTHING
+    if capped and limit == 0:
+        return EMPTY if lo is None and not top else NOTHING
     if lo is None and hi is None:
         if not top:
-            return _any_frac(limit)
+            return _any_frac(limit, capped)
         rest = None if limit is None else max(limit - 1, 0)
-        return seq(DIGIT if limit != 0 else ZERO, _any_frac(rest))
+        return seq(DIGIT if limit != 0 else ZERO, _any_frac(rest, capped))
     if lo == "" and hi is None:  # strictly above zero: some nonzero digit (within limit)
-        return _positive_frac(limit)
+        return _positive_frac(limit, capped)
     if hi == "":  # the rest must be zeros, and lo (if any) needs something > 0
-        return NOTHING if lo is not None else (plus(ZERO) if top else star(ZERO))
+        return NOTHING if lo is not None else _zeros(top, limit, capped)
     if limit == 0:  # only zeros may follow: the remaining value is 0
         ok = lo is None
-        return (plus(ZERO) if top else star(ZERO)) if ok else NOTHING
+        return _zeros(top, limit, capped) if ok else NOTHING
     nxt = None if limit is None else limit - 1
     parts: list[Node] = [] if top or lo is not None else [EMPTY]
     a = int(lo[0]) if lo else 0
@@ -229,48 +240,53 @@ def _frac(lo: str | None, ls: bool, hi: str | None, hs: bool, limit: int | None,
     for d in sorted({a, b}):
         sub_lo = lo[1:] if lo is not None and d == a else (None if lo is None or d > a else lo)
         sub_hi = hi[1:] if hi is not None and d == b else (None if hi is None or d < b else hi)
-        parts.append(seq(_dec_digit(d, d), _frac(sub_lo, ls, sub_hi, hs, nxt, False)))
+        parts.append(seq(_dec_digit(d, d), _frac(sub_lo, ls, sub_hi, hs, nxt, False, capped)))
     if a + 1 <= b - 1:
-        parts.append(seq(_dec_digit(a + 1, b - 1), _any_frac(nxt)))
+        parts.append(seq(_dec_digit(a + 1, b - 1), _any_frac(nxt, capped)))
     return alt(*parts)
 
 
-def _positive_frac(limit: int | None) -> Node:
+def _positive_frac(limit: int | None, capped: bool = False) -> Node:
     if limit is None:
         return seq(star(ZERO), NONZERO, star(DIGIT))
-    return alt(*(seq(repeat(ZERO, i, i), NONZERO, _any_frac(limit - i - 1)) for i in range(limit)))
+    return alt(*(seq(repeat(ZERO, i, i), NONZERO, _any_frac(limit - i - 1, capped)) for i in range(limit)))
 
 
-def _frac_part(lo: str | None, ls: bool, hi: str | None, hs: bool, limit: int | None) -> Node:
-    """Optional '.digits' whose value (0 when absent) is within the bounds."""
-    zero_ok = (lo is None or (lo == "" and not ls)) and not (hi == "" and hs)
-    dotted = seq(literal(b"."), _frac(lo, ls, hi, hs, limit, True))
+def _frac_part(lo: str | None, ls: bool, hi: str | None, hs: bool, limit: int | None,
+               capped: bool = False, required: bool = False) -> Node:
+    """'.digits' whose value (0 when absent) is within the bounds; optional unless `required`."""
+    zero_ok = (lo is None or (lo == "" and not ls)) and not (hi == "" and hs) and not required
+    dotted = seq(literal(b"."), _frac(lo, ls, hi, hs, limit, True, capped))
     return alt(EMPTY, dotted) if zero_ok else dotted
 
 
-def decimal_interval(iv: Interval, limit: int | None = None) -> Node:
+def decimal_interval(iv: Interval, limit: int | None = None, *, capped: bool = False,
+                     fraction: bool = False) -> Node:
     """Plain decimals `(0|[1-9]\\d*)(\\.\\d+)?` with value in iv (iv.lo >= 0).
 
-    `limit`: fraction digits beyond this position must be zero (multipleOf 10^-limit).
+    `limit`: fraction digits beyond this position must be zero (multipleOf
+    10^-limit), or, when `capped`, absent. `fraction`: the '.digits' part is
+    required (floats, as `json.loads` reads them).
     """
     if iv.is_empty():
         return NOTHING
     lo = iv.lo if iv.lo is not None and iv.lo > 0 else Decimal(0)
     ls = iv.lo_strict if iv.lo is not None and iv.lo >= 0 else False
     ai, af = _split(lo)
+    opts = (limit, capped, fraction)
     if iv.hi is None:
         return alt(
-            seq(literal(str(ai).encode()), _frac_part(af, ls, None, False, limit)),
-            seq(_nonneg_int_range(ai + 1, None), _frac_part(None, False, None, False, limit)),
+            seq(literal(str(ai).encode()), _frac_part(af, ls, None, False, *opts)),
+            seq(_nonneg_int_range(ai + 1, None), _frac_part(None, False, None, False, *opts)),
         )
     bi, bf = _split(iv.hi)
     hs = iv.hi_strict
     if ai == bi:
-        return seq(literal(str(ai).encode()), _frac_part(af, ls, bf, hs, limit))
+        return seq(literal(str(ai).encode()), _frac_part(af, ls, bf, hs, *opts))
     return alt(
-        seq(literal(str(ai).encode()), _frac_part(af, ls, None, False, limit)),
-        seq(_nonneg_int_range(ai + 1, bi - 1), _frac_part(None, False, None, False, limit)),
-        seq(literal(str(bi).encode()), _frac_part(None, False, bf, hs, limit)),
+        seq(literal(str(ai).encode()), _frac_part(af, ls, None, False, *opts)),
+        seq(_nonneg_int_range(ai + 1, bi - 1), _frac_part(None, False, None, False, *opts)),
+        seq(literal(str(bi).encode()), _frac_part(None, False, bf, hs, *opts)),
     )
 
 

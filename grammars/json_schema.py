@@ -64,11 +64,15 @@ from grammars.errors import (
     InvalidSchemaError, RegexSyntaxError, SchemaNote, UnsupportedRegexError, UnsupportedSchemaError,
 )
 from grammars.json_checks import check_schema
+from grammars.json_doubles import (
+    ANY_DOUBLE, checked_multiples, divides_exactly, double_interval, double_value, exact_value, int_bounds,
+    safe_integers,
+)
 from grammars.json_formats import format_node
 from grammars.json_length import DEFAULT_SIZE_BUDGET, restrict_length
 from grammars.json_merge import ANNOTATIONS, TYPES, Merger, disjoint, normalize
 from grammars.json_numbers import (
-    ANY_NUMBER, Interval, integer_multiples, number_interval, number_value,
+    ANY_NUMBER, Interval, integer_multiples, literal_set, number_interval, number_value,
 )
 from grammars.json_objects import array_node, object_node
 from grammars.json_refs import Resolver, draft_of, load_schema
@@ -81,6 +85,7 @@ __all__ = ["json_schema_grammar", "load_schema", "WhitespacePolicy", "Compiler"]
 
 _NUMERIC = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
 _NUMBER_ENUM_LIMIT = 1024
+NUMBER_POLICIES = ("double", "exact")
 # Subschemas nested deeper than this are refused (deeper recursion runs on a big stack, `grammars.deep`).
 MAX_NESTING = 2000
 
@@ -88,7 +93,7 @@ MAX_NESTING = 2000
 def json_schema_grammar(
     schema: Any, *, strict: bool = False, whitespace: str | WhitespacePolicy = "default",
     any_order: bool = False, max_recursion_depth: int = 16, max_any_depth: int = 8,
-    allow_approximate: bool = False,
+    allow_approximate: bool = False, numbers: str = "double",
 ) -> Grammar:
     """Compile a JSON schema (dict, JSON string or pydantic model class) to a `Grammar`.
 
@@ -100,6 +105,9 @@ def json_schema_grammar(
         max_recursion_depth: nesting bound for recursive `$ref`s.
         max_any_depth: nesting bound inside unconstrained (any) values.
         allow_approximate: drop unsupported keywords with a warning instead of raising.
+        numbers: "double" (default): every number stays valid after `json.loads`, bounds and
+            `multipleOf` decided on the double it parses to (see `grammars.json_doubles`);
+            "exact": arbitrary-precision decimal semantics, for readers that parse with `Decimal`.
 
     Raises:
         UnsupportedSchemaError: a keyword cannot be enforced exactly.
@@ -113,15 +121,17 @@ def json_schema_grammar(
     for name, value in (("max_recursion_depth", max_recursion_depth), ("max_any_depth", max_any_depth)):
         if not isinstance(value, int) or value < 0:
             raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+    if numbers not in NUMBER_POLICIES:
+        raise ValueError(f"numbers must be one of {', '.join(map(repr, NUMBER_POLICIES))}, got {numbers!r}")
     policy = WhitespacePolicy.named(whitespace)
     root = load_schema(schema)
     c = Compiler(root, strict=strict, ws=Whitespace.of(policy), any_order=any_order,
-                 allow_approximate=allow_approximate)
+                 allow_approximate=allow_approximate, numbers=numbers)
     body = c.root_node()
     rules = {"start": seq(c.ws.around, body, c.ws.around), **c.rules}
     info = {"max_depth": max_recursion_depth + max_any_depth + 1, "whitespace": policy, "labels": c.labels,
             "tries": c.tries, "max_recursion_depth": max_recursion_depth, "max_any_depth": max_any_depth,
-            "kind": "JSON schema", "empty_at": c.empty, "report": _dedup(c.notes)}
+            "kind": "JSON schema", "empty_at": c.empty, "report": _dedup(c.notes), "numbers": numbers}
     return Grammar(rules, "start", info, check_refs=False)     # the compiler defines every rule it refers to
 
 
@@ -140,8 +150,10 @@ class Compiler:
     """
 
     def __init__(self, root: Any, *, ws: Whitespace, strict: bool = False, any_order: bool = False,
-                 allow_approximate: bool = False) -> None:
+                 allow_approximate: bool = False, numbers: str = "double") -> None:
         self.root, self.ws, self.strict = root, ws, strict
+        self.numbers = numbers
+        self.value = exact_value if numbers == "double" else _dec   # a schema number, as compared
         self.any_order, self.approximate = any_order, allow_approximate
         self.resolver = Resolver(root)
         self.draft = draft_of(root)
@@ -217,7 +229,7 @@ class Compiler:
 
     def any(self) -> Node:
         if ANY_RULE not in self.rules:
-            self.rules[ANY_RULE] = any_value_rule(self.ws)
+            self.rules[ANY_RULE] = any_value_rule(self.ws, self.numbers)
         return Ref(ANY_RULE)
 
     def flatten(self, s: Any, path: str, base: str) -> Any:
@@ -339,7 +351,7 @@ class Compiler:
                 continue
             if rest and not self.accepts(rest, v, path, base):
                 continue
-            nodes.append(value_node(v, self.ws, f"{path}.enum"))
+            nodes.append(value_node(v, self.ws, f"{path}.enum", self.numbers))
         return union(*nodes)
 
     def _type_node(self, t: str, s: dict, excluded: list, path: str, base: str) -> Node:
@@ -367,7 +379,7 @@ class Compiler:
                                    ("maximum", False, True), ("exclusiveMaximum", True, True)):
             if key not in s:
                 continue
-            x = _dec(s[key])
+            x = self.value(s[key])
             if upper and (iv.hi is None or x < iv.hi or (x == iv.hi and strict)):
                 iv.hi, iv.hi_strict = x, strict
             if not upper and (iv.lo is None or x > iv.lo or (x == iv.lo and strict)):
@@ -376,13 +388,16 @@ class Compiler:
 
     def _integer(self, s: dict, excluded: list, path: str) -> Node:
         iv = self._interval(s)
-        lo = None if iv.lo is None else math.floor(iv.lo) + 1 if iv.lo_strict or iv.lo % 1 else int(iv.lo)
-        hi = None if iv.hi is None else math.ceil(iv.hi) - 1 if iv.hi_strict or iv.hi % 1 else int(iv.hi)
+        lo, hi = int_bounds(iv)
         k = 1
         if "multipleOf" in s:
             k = Fraction(_dec(s["multipleOf"])).numerator  # n*p/q is an integer multiple iff p | n
+            if self.numbers == "double" and isinstance(s["multipleOf"], float):   # checked as n / divisor
+                if not divides_exactly(s["multipleOf"]):
+                    return self._checked_multiples(s, iv, excluded, path, integers=True)
+                lo, hi = safe_integers(lo, hi)
         parts = []
-        for a, b in _split_ints(lo, hi, sorted(int(_dec(v)) for v in excluded)):
+        for a, b in _split_ints(lo, hi, sorted(int(self.value(v)) for v in excluded)):
             part = integer_multiples(a, b, k)
             if part is None:
                 raise UnsupportedSchemaError("multipleOf", path, f"multiples of {k} in [{a}, {b}] are not a small "
@@ -392,12 +407,19 @@ class Compiler:
 
     def _number(self, s: dict, excluded: list, path: str) -> Node:
         iv = self._interval(s)
-        points = sorted({_dec(v) for v in excluded})
+        points = sorted({self.value(v) for v in excluded})
+        double = self.numbers == "double"
         if "multipleOf" not in s:
             if iv.lo is None and iv.hi is None and not points:
-                return ANY_NUMBER
-            return alt(*(number_interval(p) for p in _split_interval(iv, points)))
+                return ANY_DOUBLE if double else ANY_NUMBER
+            return alt(*((double_interval if double else number_interval)(p) for p in _split_interval(iv, points)))
         m = Fraction(_dec(s["multipleOf"]))
+        if double and m.denominator == 1:     # integers, and `n.0` while float(n) == n
+            lo, hi = safe_integers(*int_bounds(iv))
+            ints = self._integer({**s, "minimum": lo, "maximum": hi}, excluded, path)
+            return seq(ints, optional(literal(b".0")))
+        if double:
+            return self._checked_multiples(s, iv, excluded, path, integers=False)
         if m.denominator == 1:  # integer-valued numbers, written with an optional zero fraction
             ints = self._integer({**s, "multipleOf": int(m)}, excluded, path)
             return seq(ints, optional(seq(literal(b"."), plus(literal(b"0")))))
@@ -411,6 +433,20 @@ class Compiler:
                 return alt(*(number_value(v) for v in values if iv.contains(v) and v not in points))
         raise UnsupportedSchemaError("multipleOf", path, f"multipleOf {s['multipleOf']!r} on unbounded numbers "
                                      "(only 10^-k, integers, or bounded ranges are exact)")
+
+    def _checked_multiples(self, s: dict, iv: Interval, excluded: list, path: str, integers: bool) -> Node:
+        """Multiples of a float divisor that pass jsonschema's check (`x / divisor` an integer), listed."""
+        points = sorted({self.value(v) for v in excluded})
+        xs = checked_multiples(iv, s["multipleOf"], points, _NUMBER_ENUM_LIMIT)
+        if xs is None:
+            raise UnsupportedSchemaError(
+                "multipleOf", path, f"multipleOf {s['multipleOf']!r} with numbers='double' (the default): validators "
+                f"check x / {s['multipleOf']!r} in floating point (2.01 / 0.01 = 200.99999999999997 fails), and "
+                f"which multiples pass is not a regular language; give minimum and maximum (at most "
+                f"{_NUMBER_ENUM_LIMIT} multiples) or pass numbers='exact' for decimal semantics")
+        if integers:
+            return literal_set(str(int(x)).encode() for x in xs if x.is_integer())
+        return union(*(double_value(Decimal(x)) for x in xs))
 
     # -- strings --------------------------------------------------------------------
 
@@ -477,7 +513,7 @@ class Compiler:
         if hit is None or hit[0] is not schema:
             # A separate compiler: compact whitespace, and its own recursion rules.
             sub = Compiler(self.root, ws=Whitespace.of(WhitespacePolicy.named("compact")), strict=self.strict,
-                           allow_approximate=self.approximate)
+                           allow_approximate=self.approximate, numbers=self.numbers)
             node = sub.node(schema, path, base)
             hit = (schema, LazyDFA(Grammar({"start": node, **sub.rules}), max_depth=64))
             self._acceptors[id(schema)] = hit

@@ -20,6 +20,7 @@ from typing import Any, Iterable
 from grammars.ast import EMPTY, NOTHING, Alt, ByteSet, Node, Ref, alt, byteset, literal, optional, repeat, seq, star
 from grammars.errors import InvalidSchemaError
 from grammars.fragments import share
+from grammars.json_doubles import ANY_DOUBLE, double_value, exact_value
 from grammars.json_numbers import ANY_NUMBER, number_value
 from grammars.json_strings import ANY_CHAR, quoted, string_literal
 
@@ -205,8 +206,12 @@ def json_key(v: Any) -> Any:
 # Value nodes
 
 
-def value_node(v: Any, ws: Whitespace, path: str = "$") -> Node:
-    """Every serialization of the JSON value v (numbers by value, escapes, key order)."""
+def value_node(v: Any, ws: Whitespace, path: str = "$", numbers: str = "double") -> Node:
+    """Every serialization of the JSON value v (numbers by value, escapes, key order).
+
+    `numbers`: "double" compares numbers as `json.loads` reads them (see
+    `grammars.json_doubles`), "exact" as decimals.
+    """
     try:
         t = json_type(v)
     except TypeError:
@@ -217,18 +222,18 @@ def value_node(v: Any, ws: Whitespace, path: str = "$") -> Node:
         return literal(b"true" if v else b"false")
     if t in ("integer", "number"):
         try:
-            return number_value(to_decimal(v))
+            return double_value(exact_value(v)) if numbers == "double" else number_value(to_decimal(v))
         except ValueError:
             raise InvalidSchemaError("numbers must be finite", path, v) from None
     if t == "string":
         return quoted(string_literal(v))
     if t == "array":
-        items = [value_node(x, ws, path) for x in v]
+        items = [value_node(x, ws, path, numbers) for x in v]
         return ws.arr(_join(items, ws.sep))
     for k in v:
         if not isinstance(k, str):
             raise InvalidSchemaError("object keys must be strings", path, k)
-    members = [seq(quoted(string_literal(k)), ws.colon, value_node(x, ws, path)) for k, x in v.items()]
+    members = [seq(quoted(string_literal(k)), ws.colon, value_node(x, ws, path, numbers)) for k, x in v.items()]
     orders: Iterable[tuple[Node, ...]] = (
         itertools.permutations(members) if len(members) <= PERMUTATION_LIMIT else [tuple(members)])
     return ws.obj(union(*(_join(list(o), ws.sep) for o in orders)))
@@ -243,20 +248,21 @@ def _join(items: list[Node], sep: Node) -> Node:
     return seq(*out)
 
 
-def any_value_rule(ws: Whitespace) -> Node:
+def any_value_rule(ws: Whitespace, numbers: str = "double") -> Node:
     """Body of the rule `ANY_RULE`: any JSON value, nesting through `Ref`.
 
-    One object per `Whitespace`, shared (`share`): most schemas have open
-    objects, and its NFA fragment is then built once per process.
+    One object per (`Whitespace`, number policy), shared (`share`): most
+    schemas have open objects, and its NFA fragment is then built once per process.
     """
-    rule = ws.__dict__.get("_any_rule")
+    rules = ws.__dict__.setdefault("_any_rules", {})
+    rule = rules.get(numbers)
     if rule is None:
-        rule = ws._any_rule = share(_any_value_rule(ws))
+        rule = rules[numbers] = share(_any_value_rule(ws, ANY_DOUBLE if numbers == "double" else ANY_NUMBER))
     return rule
 
 
-def _any_value_rule(ws: Whitespace) -> Node:
+def _any_value_rule(ws: Whitespace, number: Node) -> Node:
     inner = Ref(ANY_RULE)
     array = ws.arr(ws.listing(inner))
     obj = ws.obj(ws.listing(seq(ANY_STRING, ws.colon, inner)))
-    return alt(literal(b"null"), literal(b"true"), literal(b"false"), ANY_NUMBER, ANY_STRING, array, obj)
+    return alt(literal(b"null"), literal(b"true"), literal(b"false"), number, ANY_STRING, array, obj)

@@ -52,7 +52,10 @@ CORPUS: list[dict] = [
     case("number_exclusive", {"type": "number", "exclusiveMinimum": -1.25, "exclusiveMaximum": 3.5},
          [-1.2, 0, 3.49, 1e-5], [-1.25, 3.5, 4, -2]),
     case("number_cents", {"type": "number", "multipleOf": 0.01, "minimum": 0, "maximum": 1000},
-         [0, 0.01, 19.99, 1000, 0.07], [0.001, -0.01, 1000.01]),
+         [0, 0.01, 19.99, 1000, 0.07], [0.001, -0.01, 1000.01], options={"numbers": "exact"}),
+    # by default multipleOf is checked as validators do, in floating point: 0.07 / 0.01 = 7.000000000000001
+    case("number_cents_double", {"type": "number", "multipleOf": 0.01, "minimum": 0, "maximum": 3},
+         [0, 0.01, 0.5, 2.02, 3], [0.07, 2.01, 0.001, 3.01, -0.01]),
     case("draft7_exclusive_bool", {"$schema": "http://json-schema.org/draft-04/schema#", "type": "number",
                                    "minimum": 0, "exclusiveMinimum": True}, [0.1, 5], [0, -1], hypothesis=False),
     # -- strings -----------------------------------------------------------------

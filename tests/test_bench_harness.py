@@ -35,11 +35,15 @@ def test_mislabeled_test_fails_loudly(tmp_path):
     assert [c.name for c in load_corpus(tmp_path, ["ok"])] == ["ok"]
 
 
-def test_oracle_reads_formats_and_decimal_multiples(tmp_path):
+def test_oracle_reads_formats_and_float_multiples(tmp_path):
     _write(tmp_path, "fmt", {"type": "string", "format": "date-time"}, [{"data": "2024-01-31 23:59:59Z", "valid": True}])
     with pytest.raises(CorpusError):
         load_corpus(tmp_path)
+    # labels follow jsonschema's float check, as the compile default (numbers="double") does: 19.99 / 0.01 != 1999
     _write(tmp_path, "fmt", {"type": "number", "multipleOf": 0.01}, [{"data": 19.99, "valid": True}])
+    with pytest.raises(CorpusError):
+        load_corpus(tmp_path)
+    _write(tmp_path, "fmt", {"type": "number", "multipleOf": 0.01}, [{"data": 19.98, "valid": True}])
     assert load_corpus(tmp_path)[0].tests[0]["valid"]
 
 

@@ -29,7 +29,7 @@ from tests.tiny_lms import async_lm
 
 # Schemas from the shared corpus (varied keywords), plus two of our own.
 SCHEMA_NAMES = [
-    "boolean", "null", "int_range", "int_multiple_3_bounded", "number_cents", "type_list", "enum_strings",
+    "boolean", "null", "int_range", "int_multiple_3_bounded", "number_cents_double", "type_list", "enum_strings",
     "enum_mixed", "const_object", "string_length", "pattern_anchored", "format_date", "format_uuid",
     "format_ipv4", "object_closed", "object_counts", "array_items", "array_prefix", "draft7_tuple",
     "anyOf_types", "oneOf_discriminated", "allOf_merge", "ref_defs", "not_enum", "tool_call", "property_names",

@@ -1,0 +1,321 @@
+"""JSON numbers that stay valid after `json.loads`: the default `numbers="double"` policy.
+
+`json.loads` (like JavaScript's `JSON.parse` and every validator that works
+on doubles) reads a number written with a fraction or an exponent as an IEEE
+double, and one written as a plain integer exactly (a Python `int`). Exact
+decimal grammars (`grammars.json_numbers`, `numbers="exact"`) can therefore
+emit text that parses to something else: `1.6e-55294741716849749` underflows
+to 0.0 and fails `exclusiveMinimum: 0`, `1e999` overflows to inf, and
+`0.10000000000000001` parses to the same double as `0.1`, so it fails
+`exclusiveMinimum: 0.1`. Under this policy:
+
+- **integers** (`-?(0|[1-9][0-9]*)`, no fraction, no exponent) are compared
+  exactly with the bounds' values as Python holds them (an `int`, or the exact
+  binary value of a `float` bound); any length is allowed, since `json.loads`
+  reads them exactly (outside +-2^53 JavaScript rounds them: an
+  interoperability note, not an error);
+- **floats** have at most `SIG_DIGITS` (17) significant digits, enough for
+  every double. Nonzero ones lie in [5e-324, 1.7976931348623157e308], the
+  shortest spellings of the least and greatest positive doubles, so none
+  underflows to 0 or overflows to inf. Plain ones (`0.5`, `123.25`) stay
+  below 1e16, or are zero (`0.0`, at most 17 zeros); scientific ones have a
+  normalized mantissa (`[1-9](\\.\\d{1,16})?[eE][+-]?\\d+`, as `repr` and
+  JavaScript write them; not `10e5` or `0.0e0`);
+- **bounds** are decided on `float(text)`: a float passes a lower bound `b`
+  when it is at least `repr(D)`, where `D` is the least double >= `b` (> `b`
+  when exclusive), and likewise for upper bounds. Rounding is monotone, so
+  every float that passes this passes jsonschema's check; the only texts
+  left out are those of 16-17 digits that round to `D` from below its
+  shortest spelling (for 15 digits or fewer the test is exact).
+
+Example:
+    >>> from grammars.dfa import LazyDFA
+    >>> from grammars.ast import Grammar
+    >>> from grammars.json_numbers import Interval
+    >>> dfa = LazyDFA(Grammar({"start": double_interval(Interval(Decimal(0), None, lo_strict=True))}))
+    >>> [dfa.matches(s) for s in (b"1", b"0.5", b"1e-300", b"1e-400", b"0", b"1e309", b"0.1234567890123456789")]
+    [True, True, True, False, False, False, False]
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+from fractions import Fraction
+from functools import lru_cache
+
+from grammars.ast import NOTHING, Node, alt, byteset, literal, optional, repeat, seq
+from grammars.fragments import share
+from grammars.json_numbers import (
+    ANY_INTEGER, DIGIT, EXP, MINUS, NONZERO, ZERO, Interval, decimal_interval, digits_with_zeros, int_range,
+)
+
+__all__ = [
+    "SIG_DIGITS", "MIN_EXP", "MAX_EXP", "double_interval", "double_value", "float_interval", "ANY_DOUBLE", "exact_value",
+    "divides_exactly", "safe_integers", "checked_multiples", "int_bounds",
+]
+
+SIG_DIGITS = 17          # significant digits of a float: enough to spell every double
+# nonzero floats lie in [TINY, HUGE]: from the least subnormal to the greatest double, as `repr` spells them
+TINY, HUGE = Decimal("5e-324"), Decimal("1.7976931348623157e308")
+MIN_EXP, MAX_EXP = TINY.adjusted(), HUGE.adjusted()
+_PLAIN_MAX_EXP = 15      # plain floats (with a fraction) stay below 1e16, as Python's repr writes them
+_ZERO_FLOAT = seq(literal(b"0."), repeat(ZERO, 1, SIG_DIGITS))
+
+
+def _double_at_least(b: Fraction, strict: bool) -> float:
+    """The least double >= b (> b when `strict`); inf when there is none."""
+    try:
+        d = float(b)
+    except OverflowError:
+        d = math.copysign(math.inf, b)
+    while math.isfinite(d) and (Fraction(d) < b or (strict and Fraction(d) == b)):
+        d = math.nextafter(d, math.inf)
+    while True:
+        p = math.nextafter(d, -math.inf)
+        if math.isfinite(p) and (Fraction(p) > b or (not strict and Fraction(p) == b)):
+            d = p
+        else:
+            return d
+
+
+def float_interval(iv: Interval) -> Interval | None:
+    """Decimals whose double lies in `iv` (exact bounds), kept off the edge: [repr(lo), repr(hi)]; None if empty.
+
+    Example:
+        >>> float_interval(Interval(Decimal(0), None, lo_strict=True)).lo
+        Decimal('5E-324')
+    """
+    lo = hi = None
+    if iv.lo is not None:
+        d = _double_at_least(Fraction(iv.lo), iv.lo_strict)
+        if d == math.inf:
+            return None
+        lo = Decimal(repr(d)) if d != -math.inf else None
+    if iv.hi is not None:
+        d = -_double_at_least(-Fraction(iv.hi), iv.hi_strict)
+        if d == -math.inf:
+            return None
+        hi = Decimal(repr(d)) if d != math.inf else None
+    out = Interval(lo, hi)
+    return None if out.is_empty() else out
+
+
+# ---------------------------------------------------------------------------
+# Plain floats, decade by decade: [10^k, 10^(k+1)) has k+1 integer digits (k >= 0)
+# or -k-1 zeros after the point (k < 0), so its fraction may hold `_cap(k)` digits.
+
+
+def _cap(k: int) -> int:
+    return SIG_DIGITS - (k + 1) if k >= 0 else SIG_DIGITS - k - 1
+
+
+def _digits_then_fraction(mandatory: int, optional_: int, budget: int) -> Node:
+    """`mandatory` digits, up to `optional_` more, then '.' and 1+ digits: at most `budget` digits in all."""
+    if mandatory:
+        return seq(DIGIT, _digits_then_fraction(mandatory - 1, optional_, budget - 1))
+    frac = seq(literal(b"."), repeat(DIGIT, 1, budget)) if budget >= 1 else NOTHING
+    if optional_ and budget > 1:
+        return alt(frac, seq(DIGIT, _digits_then_fraction(0, optional_ - 1, budget - 1)))
+    return frac
+
+
+@lru_cache(maxsize=512)
+def _full_decades(a: int, b: int) -> Node:
+    """Every plain float with at most 17 significant digits in [10^a, 10^(b+1)) (a <= b)."""
+    parts = []
+    if a < 0:     # 0.000ddd: -k-1 zeros after the point for decade k
+        zeros = repeat(ZERO, -min(b, -1) - 1, -a - 1)
+        parts.append(seq(literal(b"0."), zeros, NONZERO, repeat(DIGIT, 0, SIG_DIGITS - 1)))
+    if b >= 0:
+        lo = max(a, 0)
+        parts.append(seq(NONZERO, _digits_then_fraction(lo, b - lo, SIG_DIGITS - 1)))
+    return share(alt(*parts))
+
+
+def _plain_positive(iv: Interval) -> Node:
+    """Plain floats (with a fraction) of value in iv, iv.lo >= 0, within {0} U [TINY, 1e16)."""
+    parts = []
+    if iv.contains(Decimal(0)):
+        parts.append(_ZERO_FLOAT)
+    top = Decimal(10) ** (_PLAIN_MAX_EXP + 1)
+    lo, ls = (TINY, False) if iv.lo is None or iv.lo < TINY else (iv.lo, iv.lo_strict)
+    hi, hs = (top, True) if iv.hi is None or iv.hi >= top else (iv.hi, iv.hi_strict)
+    if lo > hi or (lo == hi and (ls or hs)):
+        return alt(*parts)
+    k_lo, k_hi = lo.adjusted(), hi.adjusted()
+    if hi == Decimal(10) ** k_hi and (hs or k_hi > _PLAIN_MAX_EXP):
+        k_hi -= 1                   # [.., 10^k) strictly: decade k holds nothing
+    first = k_lo if lo == Decimal(10) ** k_lo and not ls else k_lo + 1
+    last = k_hi if hi >= Decimal(10) ** (k_hi + 1) else k_hi - 1
+    for k in sorted({k_lo, k_hi}):
+        if first <= k <= last:
+            continue
+        d_lo, d_hi = Decimal(10) ** k, Decimal(10) ** (k + 1)
+        sub = Interval(max(lo, d_lo), min(hi, d_hi), lo_strict=ls if lo >= d_lo else False,
+                       hi_strict=hs if hi < d_hi else True)
+        parts.append(decimal_interval(sub, _cap(k), capped=True, fraction=True))
+    if first <= last:
+        parts.append(_full_decades(first, last))
+    return alt(*parts)
+
+
+# ---------------------------------------------------------------------------
+# Scientific floats: a normalized mantissa in [1, 10), an exponent in [MIN_EXP, MAX_EXP]
+
+_MANTISSA = share(seq(NONZERO, optional(seq(literal(b"."), repeat(DIGIT, 1, SIG_DIGITS - 1)))))
+
+
+def _mantissa(iv: Interval) -> Node:
+    """Mantissas `[1-9](\\.\\d{1,16})?` of value in iv ∩ [1, 10)."""
+    lo, ls = (Decimal(1), False) if iv.lo is None or iv.lo < 1 else (iv.lo, iv.lo_strict)
+    hi, hs = (Decimal(10), True) if iv.hi is None or iv.hi >= 10 else (iv.hi, iv.hi_strict)
+    if lo == 1 and not ls and hi == 10:
+        return _MANTISSA
+    sub = Interval(lo, hi, lo_strict=ls, hi_strict=hs)
+    ints = [str(v).encode() for v in range(1, 10) if sub.contains(Decimal(v))]
+    return alt(byteset(b"".join(ints)) if ints else NOTHING, decimal_interval(sub, SIG_DIGITS - 1, capped=True,
+                                                                           fraction=True))
+
+
+def _scientific_positive(iv: Interval) -> Node:
+    lo, ls = (TINY, False) if iv.lo is None or iv.lo < TINY else (iv.lo, iv.lo_strict)
+    hi, hs = (HUGE, False) if iv.hi is None or iv.hi > HUGE else (iv.hi, iv.hi_strict)
+    iv = Interval(lo, hi, lo_strict=ls, hi_strict=hs)
+    if iv.is_empty():
+        return NOTHING
+    e_lo, e_hi = lo.adjusted(), hi.adjusted()
+    parts = []
+    for e in sorted({e_lo, e_hi}):
+        scaled = Interval(None if iv.lo is None else iv.lo.scaleb(-e), None if iv.hi is None else iv.hi.scaleb(-e),
+                          lo_strict=iv.lo_strict, hi_strict=iv.hi_strict)
+        mant = _mantissa(scaled)
+        if mant != NOTHING:
+            parts.append(seq(mant, EXP, digits_with_zeros(e, e)))
+    if e_lo + 1 <= e_hi - 1:
+        parts.append(seq(_MANTISSA, EXP, digits_with_zeros(e_lo + 1, e_hi - 1)))
+    return alt(*parts)
+
+
+def _floats(iv: Interval) -> Node:
+    """Float spellings (plain with a fraction, or scientific) of value in iv (decimal bounds)."""
+    parts = []
+    if iv.hi is None or iv.hi >= 0:
+        pos = Interval(iv.lo if iv.lo is not None and iv.lo >= 0 else Decimal(0), iv.hi,
+                       lo_strict=iv.lo_strict if iv.lo is not None and iv.lo >= 0 else False, hi_strict=iv.hi_strict)
+        parts += [_plain_positive(pos), _scientific_positive(pos)]
+    if iv.lo is None or iv.lo <= 0:
+        neg = iv.negated()
+        mag = Interval(neg.lo if neg.lo is not None and neg.lo >= 0 else Decimal(0), neg.hi,
+                       lo_strict=neg.lo_strict if neg.lo is not None and neg.lo >= 0 else False,
+                       hi_strict=neg.hi_strict)
+        parts.append(seq(MINUS, alt(_plain_positive(mag), _scientific_positive(mag))))
+    return alt(*parts)
+
+
+def int_bounds(iv: Interval) -> tuple[int | None, int | None]:
+    """The least and greatest integers in iv (None: unbounded); exact for any exponent."""
+    lo = hi = None
+    if iv.lo is not None:
+        f = Fraction(iv.lo)
+        lo = math.floor(f) + 1 if iv.lo_strict or f.denominator != 1 else int(f)
+    if iv.hi is not None:
+        f = Fraction(iv.hi)
+        hi = math.ceil(f) - 1 if iv.hi_strict or f.denominator != 1 else int(f)
+    return lo, hi
+
+
+def double_interval(iv: Interval) -> Node:
+    """Integers exactly in iv, and floats whose double is in iv (iv: exact bound values).
+
+    Example:
+        >>> from grammars.dfa import LazyDFA
+        >>> from grammars.ast import Grammar
+        >>> dfa = LazyDFA(Grammar({"start": double_interval(Interval(None, Decimal(0.1), hi_strict=True))}))
+        >>> [dfa.matches(s) for s in (b"0", b"0.09999999999999999", b"0.1", b"0.10000000000000001", b"-1e307")]
+        [True, True, False, False, True]
+    """
+    if iv.is_empty():
+        return NOTHING
+    lo, hi = int_bounds(iv)
+    ints = NOTHING if lo is not None and hi is not None and lo > hi else int_range(lo, hi)
+    fl = float_interval(iv)
+    return alt(ints, NOTHING if fl is None else _floats(fl))
+
+
+def double_value(x: Decimal) -> Node:
+    """Every spelling whose `json.loads` value equals x (an int, or a float's exact value)."""
+    return double_interval(Interval(x, x))
+
+
+ANY_DOUBLE: Node = share(alt(ANY_INTEGER, _floats(Interval(None, None))))
+
+
+# ---------------------------------------------------------------------------
+# What the compiler asks: schema values, divisors
+
+_SAFE_INT = 2 ** 53 - 1     # integers a double holds exactly: float(n) == n below this
+
+
+def exact_value(v: int | float | Decimal) -> Decimal:
+    """The value `json.loads` gives a schema number, exactly: an int, or a float's binary value.
+
+    Example:
+        >>> exact_value(0.5), exact_value(3), str(exact_value(0.1))[:22]
+        (Decimal('0.5'), Decimal('3'), '0.10000000000000000555')
+    """
+    if isinstance(v, float) and not math.isfinite(v):
+        raise ValueError(f"{v!r} is not a JSON number")
+    return v if isinstance(v, Decimal) else Decimal(v)
+
+
+def divides_exactly(divisor: float) -> bool:
+    """Whether `n / divisor` (float division, as jsonschema checks `multipleOf`) is an integer for every
+    integer multiple n of the divisor's decimal value with |n| <= 2^53.
+
+    n = k*p for the decimal p/q, so the true quotient is k*q*(1 - e) with e the
+    divisor's relative representation error; it rounds to k*q when |e| <= 2^-54.
+
+    Example:
+        >>> divides_exactly(0.1), divides_exactly(0.7), divides_exactly(2.5)
+        (True, False, True)
+    """
+    binary, written = Fraction(divisor), Fraction(Decimal(repr(divisor)))
+    return abs(binary - written) * 2 ** 54 <= binary
+
+
+def safe_integers(lo: int | None, hi: int | None) -> tuple[int, int]:
+    """[lo, hi] within +-(2^53 - 1), where `float(n) == n`."""
+    return max(lo if lo is not None else -_SAFE_INT, -_SAFE_INT), min(hi if hi is not None else _SAFE_INT, _SAFE_INT)
+
+
+def checked_multiples(iv: Interval, divisor: float, points: list[Decimal], limit: int) -> list[float] | None:
+    """The doubles in iv that pass jsonschema's float check (`x / divisor` is an integer), minus `points`;
+    None when iv is unbounded or holds more than `limit` multiples of the divisor.
+
+    Example:
+        >>> checked_multiples(Interval(Decimal(2), Decimal("2.1")), 0.01, [], 100)[:4]
+        [2.0, 2.02, 2.04, 2.06]
+    """
+    if iv.lo is None or iv.hi is None:
+        return None
+    step = Fraction(Decimal(repr(divisor)))
+    first, last = math.ceil(Fraction(iv.lo) / step), math.floor(Fraction(iv.hi) / step)
+    if last - first >= limit:
+        return None
+    gone = set(points)
+    out: set[float] = set()
+    for n in range(first, last + 1):
+        # x / divisor rounds to an integer only within an ulp or two of n * divisor: try the doubles there
+        x = float(n * step)
+        near = [x]
+        for direction in (math.inf, -math.inf):
+            y = x
+            for _ in range(3):
+                y = math.nextafter(y, direction)
+                near.append(y)
+        for y in near:
+            q = y / divisor
+            if math.isfinite(q) and q == int(q) and iv.contains(Decimal(y)) and Decimal(y) not in gone:
+                out.add(y)
+    return sorted(out)
