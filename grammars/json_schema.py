@@ -20,6 +20,7 @@ always get at least `max_recursion_depth` levels.
 | `type` (string or list) | exact; `integer` accepts `-?(0|[1-9]\\d*)` only (not `1.0`, `1e2`, `-0`) |
 | `enum`, `const` | exact, any JSON value; numbers by value (`1` = `1.0` = `1e0`); strings in every escape spelling; object keys in any order up to 4 keys, else schema order; values are filtered by the sibling keywords |
 | `minimum` `maximum` `exclusiveMinimum` `exclusiveMaximum` | exact decimal comparison (draft-4/7 boolean form too); bounded `number`s use plain decimals + normalized scientific `[1-9](\\.\\d+)?e[+-]?\\d+` (other exponent forms rejected) |
+| numbers (`numbers=`) | "double" (default): valid after `json.loads`, see `grammars.json_doubles` (floats <= 17 significant digits in [5e-324, 1.8e308], bounds on the parsed double, float `multipleOf` as validators divide: bounded ranges listed, unbounded refused); "exact": decimal semantics, the rows below |
 | `multipleOf` | integers: any integer divisor (enumerated ranges, or suffix rules for 2^a5^b); numbers: `10^-k` (fraction digits, no exponent form), integer divisors, or bounded ranges of <= 4096 multiples; decimal semantics (`0.29` is a multiple of `0.01`, unlike float-based validators); else unsupported |
 | `minLength` `maxLength` | exact, in code points (an escape or surrogate pair counts once) |
 | `pattern` | ECMA-262, search semantics, over every JSON spelling of each character; with min/maxLength an exact product (unsupported past a size budget) |
@@ -414,10 +415,8 @@ class Compiler:
                 return ANY_DOUBLE if double else ANY_NUMBER
             return alt(*((double_interval if double else number_interval)(p) for p in _split_interval(iv, points)))
         m = Fraction(_dec(s["multipleOf"]))
-        if double and m.denominator == 1:     # integers, and `n.0` while float(n) == n
-            lo, hi = safe_integers(*int_bounds(iv))
-            ints = self._integer({**s, "minimum": lo, "maximum": hi}, excluded, path)
-            return seq(ints, optional(literal(b".0")))
+        if double and m.denominator == 1:     # integer spellings only: json.loads reads `n.0` as a float
+            return self._integer(s, excluded, path)
         if double:
             return self._checked_multiples(s, iv, excluded, path, integers=False)
         if m.denominator == 1:  # integer-valued numbers, written with an optional zero fraction

@@ -1,0 +1,164 @@
+"""Numbers stay valid after `json.loads` (numbers="double", the default), or after Decimal parsing ("exact").
+
+The property: every text the automaton of a random numeric schema accepts
+validates with `jsonschema` once parsed. Texts are drawn by random walks
+through the byte DFA (each step picks uniformly among the live bytes), so
+they reach the edges the grammar draws: bounds, exponents, digit limits.
+Then real sampling, on the mock, MLX and HF backends.
+"""
+
+from __future__ import annotations
+
+import decimal
+import json
+import math
+import random
+from decimal import Decimal
+
+import jsonschema
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from backends.mock import MockLM
+from constrained.generate import GenerationRequest, generate_batch
+from grammars.deep import deep_call
+from grammars.dfa import LazyDFA
+from grammars.errors import UnsupportedSchemaError
+from grammars.json_schema import json_schema_grammar
+from tests.tiny_lms import async_lm, hf_tokenizer
+
+# Bound values where decimal and double disagree, or where doubles end.
+EDGES = [0, 1, -1, 0.1, -0.1, 0.5, 2.5, 1e-300, 5e-324, 1e300, 1.7976931348623157e308, 2 ** 53, 0.30000000000000004,
+         123456789.123, 1e16, 1e-5, 10 ** 20]
+DIVISORS = [1, 3, 5.0, 0.5, 2.5, 0.25, 0.1, 0.01, 0.3, 0.7]
+BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+
+
+def bound_values() -> st.SearchStrategy:
+    return st.one_of(st.sampled_from(EDGES), st.integers(-10 ** 6, 10 ** 6),
+                     st.floats(-1e6, 1e6, allow_nan=False), st.floats(allow_nan=False, allow_infinity=False))
+
+
+@st.composite
+def numeric_schemas(draw) -> dict:
+    schema = {"type": draw(st.sampled_from(["number", "integer"]))}
+    for key in draw(st.lists(st.sampled_from(BOUNDS), max_size=2, unique=True)):
+        schema[key] = draw(bound_values())
+    if draw(st.booleans()):
+        schema["multipleOf"] = draw(st.sampled_from(DIVISORS))
+        if draw(st.booleans()):       # bounded: float divisors are then listed exactly
+            lo = draw(st.integers(-50, 50))
+            schema["minimum"], schema["maximum"] = lo, lo + draw(st.integers(0, 8))
+    return schema
+
+
+def walks(dfa: LazyDFA, rng: random.Random, count: int, max_len: int = 60) -> list[bytes]:
+    """Texts the DFA accepts, by random walks (a walk that runs past `max_len` is dropped)."""
+    out = []
+    for _ in range(count * 4):
+        state, text = dfa.initial, bytearray()
+        while len(text) <= max_len:
+            live = [b for b in range(256) if deep_call(dfa.next_state, state, b) >= 0]
+            if dfa.is_accepting(state) and (not live or rng.random() < 0.25):
+                out.append(bytes(text))
+                break
+            if not live:                      # the empty language (e.g. minimum > maximum)
+                return out
+            b = rng.choice(live)
+            text.append(b)
+            state = dfa.next_state(state, b)
+        if len(out) == count:
+            break
+    return out
+
+
+def _compiled(schema: dict, numbers: str) -> LazyDFA | None:
+    try:
+        # deep_call: a bound like 1e300 is a 301-digit integer range (as in `compile_json_schema`)
+        return deep_call(lambda: LazyDFA(json_schema_grammar(schema, whitespace="compact", numbers=numbers)))
+    except UnsupportedSchemaError as e:
+        assert numbers == "double" or "multipleOf" in str(e), e   # refusing is allowed, and says why
+        return None
+
+
+@settings(max_examples=150, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(schema=numeric_schemas(), seed=st.integers(0, 2 ** 16))
+def test_every_accepted_number_validates_after_json_loads(schema, seed):
+    dfa = _compiled(schema, "double")
+    if dfa is None:       # refused: a float divisor, or one exact decimals refuse too
+        assert isinstance(schema.get("multipleOf"), float) or _compiled(schema, "exact") is None, schema
+        return
+    check = jsonschema.Draft202012Validator(schema)
+    for text in walks(dfa, random.Random(seed), 12):
+        value = json.loads(text)
+        assert isinstance(value, int) or math.isfinite(value), (schema, text)
+        assert check.is_valid(value), (schema, text, value)
+        assert value == 0 or text.strip(b"-0.").startswith(b"0") or float(value) != 0, (schema, text)
+
+
+@settings(max_examples=100, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(schema=numeric_schemas(), seed=st.integers(0, 2 ** 16))
+def test_every_accepted_number_validates_as_a_decimal_with_exact(schema, seed):
+    dfa = _compiled(schema, "exact")
+    if dfa is None:
+        return
+    # the schema's numbers as the decimals they are written as, the instance parsed as a Decimal
+    exact = json.loads(json.dumps(schema), parse_float=Decimal)
+    check = jsonschema.Draft202012Validator(exact)
+    # `%` on long decimals needs the digits, and exact mode allows any exponent
+    with decimal.localcontext(decimal.Context(prec=4000, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN)):
+        for text in walks(dfa, random.Random(seed), 12):
+            value = json.loads(text, parse_float=Decimal)
+            assert check.is_valid(value), (schema, text, value)
+
+
+def test_issue_examples_are_gone():
+    dfa = LazyDFA(json_schema_grammar({"type": "number", "exclusiveMinimum": 0}))
+    for text in (b"1.604e-55294741716849749040198600", b"7.22687470667598029288094E-01875988495", b"1e400", b"0.0"):
+        assert not dfa.matches(text), text
+    for text in (b"1.604e-300", b"5e-324", b"0.001", b"1.7976931348623157e+308", b"3"):
+        assert dfa.matches(text), text
+    cents = LazyDFA(json_schema_grammar({"type": "number", "multipleOf": 0.01, "minimum": 0, "maximum": 3}))
+    assert not cents.matches(b"2.0100") and not cents.matches(b"2.01") and cents.matches(b"2.02")
+    with pytest.raises(UnsupportedSchemaError, match="numbers='exact'"):
+        json_schema_grammar({"type": "number", "multipleOf": 0.01})
+    assert LazyDFA(json_schema_grammar({"type": "number", "multipleOf": 0.01}, numbers="exact")).matches(b"2.01")
+
+
+def test_numbers_option_is_checked():
+    with pytest.raises(ValueError, match="numbers must be one of"):
+        json_schema_grammar({"type": "number"}, numbers="float")
+
+
+# -- sampling ------------------------------------------------------------------------------------
+
+SAMPLED = [     # the issue's two schemas (multipleOf 0.01 bounded: unbounded it is refused by default)
+    {"type": "number", "exclusiveMinimum": 0},
+    {"type": "number", "multipleOf": 0.01, "minimum": 0, "maximum": 5},
+]
+
+
+def _backend(name: str):
+    if name == "mock":
+        return MockLM(hf_tokenizer("llama-bpe"))
+    return async_lm("llama-bpe", name)
+
+
+@pytest.mark.parametrize("backend", ["mock", "mlx", "hf"])
+def test_sampled_numbers_validate(backend):
+    lm = _backend(backend)
+    reqs = [GenerationRequest(f"Value {i}:", schema=s, max_tokens=32, n=200, seed=i, options={"whitespace": "compact"})
+            for i, s in enumerate(SAMPLED)]
+    complete = 0
+    for req, gens in zip(reqs, generate_batch(lm, reqs)):
+        assert len(gens) == 200
+        check = jsonschema.Draft202012Validator(req.schema)
+        for gen in gens:
+            assert gen.status in ("complete", "max_tokens"), gen.error
+            if gen.status == "complete":
+                complete += 1
+                value = json.loads(gen.text)
+                assert check.is_valid(value), (req.schema, gen.text)
+    # random weights ramble in digits, but bounded digit counts make most samples finish
+    assert complete >= 0.25 * 200 * len(reqs), complete
