@@ -15,9 +15,12 @@ to 0.0 and fails `exclusiveMinimum: 0`, `1e999` overflows to inf, and
   reads them exactly (outside +-2^53 JavaScript rounds them: an
   interoperability note, not an error);
 - **floats** have at most `SIG_DIGITS` (17) significant digits, enough for
-  every double. Nonzero ones lie in [5e-324, 1.7976931348623157e308], the
-  shortest spellings of the least and greatest positive doubles, so none
-  underflows to 0 or overflows to inf. Plain ones (`0.5`, `123.25`) stay
+  every double. Nonzero ones have a magnitude in [1e-323, 1e308), so none
+  underflows to 0 or overflows to inf; past that only where the schema's
+  bounds lie there, up to the least and greatest doubles 5e-324 and
+  1.7976931348623157e308. (Those two edges, 17-digit comparisons, made the
+  default number ~1,400 NFA states where whole decades take ~190: every
+  grammar with an untyped value carries one.) Plain ones (`0.5`, `123.25`) stay
   below 1e16, or are zero (`0.0`, at most 17 zeros); scientific ones have a
   normalized mantissa (`[1-9](\\.\\d{1,16})?[eE][+-]?\\d+`, as `repr` and
   JavaScript write them; not `10e5` or `0.0e0`);
@@ -56,8 +59,11 @@ __all__ = [
 ]
 
 SIG_DIGITS = 17          # significant digits of a float: enough to spell every double
-# nonzero floats lie in [TINY, HUGE]: from the least subnormal to the greatest double, as `repr` spells them
+# The least and greatest positive doubles, as `repr` spells them: no nonzero float goes past them.
 TINY, HUGE = Decimal("5e-324"), Decimal("1.7976931348623157e308")
+# Nonzero floats keep within [LOW, HIGH) unless the schema's bounds lie beyond: whole
+# decades, so the default number is small (TINY and HUGE as edges cost ~1,200 NFA states).
+LOW, HIGH = Decimal("1e-323"), Decimal("1e308")
 MIN_EXP, MAX_EXP = TINY.adjusted(), HUGE.adjusted()
 _PLAIN_MAX_EXP = 15      # plain floats (with a fraction) stay below 1e16, as Python's repr writes them
 _ZERO_FLOAT = seq(literal(b"0."), repeat(ZERO, 1, SIG_DIGITS))
@@ -133,13 +139,29 @@ def _full_decades(a: int, b: int) -> Node:
     return share(alt(*parts))
 
 
+def _floor(iv: Interval) -> tuple[Decimal, bool]:
+    """The least nonzero magnitude of a float in iv (iv.lo >= 0 or None), and whether it is excluded:
+    iv's bound, kept at LOW or above unless all of iv lies below LOW."""
+    if iv.lo is not None and (iv.lo >= LOW or (iv.hi is not None and iv.hi < LOW and iv.lo >= TINY)):
+        return iv.lo, iv.lo_strict
+    return (TINY if iv.hi is not None and iv.hi < LOW else LOW), False
+
+
+def _ceiling(iv: Interval) -> tuple[Decimal, bool]:
+    """The greatest magnitude of a float in iv (iv.lo >= 0 or None), and whether it is excluded:
+    iv's bound, kept below HIGH unless all of iv lies at HIGH or above."""
+    if iv.hi is not None and (iv.hi < HIGH or (iv.lo is not None and iv.lo >= HIGH and iv.hi <= HUGE)):
+        return iv.hi, iv.hi_strict
+    return (HUGE, False) if iv.lo is not None and iv.lo >= HIGH else (HIGH, True)
+
+
 def _plain_positive(iv: Interval) -> Node:
-    """Plain floats (with a fraction) of value in iv, iv.lo >= 0, within {0} U [TINY, 1e16)."""
+    """Plain floats (with a fraction) of value in iv, iv.lo >= 0, within {0} U [`_floor`, 1e16)."""
     parts = []
     if iv.contains(Decimal(0)):
         parts.append(_ZERO_FLOAT)
     top = Decimal(10) ** (_PLAIN_MAX_EXP + 1)
-    lo, ls = (TINY, False) if iv.lo is None or iv.lo < TINY else (iv.lo, iv.lo_strict)
+    lo, ls = _floor(iv)
     hi, hs = (top, True) if iv.hi is None or iv.hi >= top else (iv.hi, iv.hi_strict)
     if lo > hi or (lo == hi and (ls or hs)):
         return alt(*parts)
@@ -179,21 +201,21 @@ def _mantissa(iv: Interval) -> Node:
 
 
 def _scientific_positive(iv: Interval) -> Node:
-    lo, ls = (TINY, False) if iv.lo is None or iv.lo < TINY else (iv.lo, iv.lo_strict)
-    hi, hs = (HUGE, False) if iv.hi is None or iv.hi > HUGE else (iv.hi, iv.hi_strict)
+    """Scientific floats of value in iv, iv.lo >= 0, within [`_floor`, `_ceiling`]."""
+    (lo, ls), (hi, hs) = _floor(iv), _ceiling(iv)
     iv = Interval(lo, hi, lo_strict=ls, hi_strict=hs)
     if iv.is_empty():
         return NOTHING
     e_lo, e_hi = lo.adjusted(), hi.adjusted()
-    parts = []
+    parts, full = [], [e_lo + 1, e_hi - 1]      # exponents with every mantissa
     for e in sorted({e_lo, e_hi}):
-        scaled = Interval(None if iv.lo is None else iv.lo.scaleb(-e), None if iv.hi is None else iv.hi.scaleb(-e),
-                          lo_strict=iv.lo_strict, hi_strict=iv.hi_strict)
-        mant = _mantissa(scaled)
-        if mant != NOTHING:
+        mant = _mantissa(Interval(lo.scaleb(-e), hi.scaleb(-e), lo_strict=ls, hi_strict=hs))
+        if mant is _MANTISSA:                   # a whole decade (a bound at a power of ten): join the range
+            full = [min(full[0], e), max(full[1], e)]
+        elif mant != NOTHING:
             parts.append(seq(mant, EXP, digits_with_zeros(e, e)))
-    if e_lo + 1 <= e_hi - 1:
-        parts.append(seq(_MANTISSA, EXP, digits_with_zeros(e_lo + 1, e_hi - 1)))
+    if full[0] <= full[1]:
+        parts.append(seq(_MANTISSA, EXP, digits_with_zeros(*full)))
     return alt(*parts)
 
 
@@ -203,12 +225,14 @@ def _floats(iv: Interval) -> Node:
     if iv.hi is None or iv.hi >= 0:
         pos = Interval(iv.lo if iv.lo is not None and iv.lo >= 0 else Decimal(0), iv.hi,
                        lo_strict=iv.lo_strict if iv.lo is not None and iv.lo >= 0 else False, hi_strict=iv.hi_strict)
-        parts += [_plain_positive(pos), _scientific_positive(pos)]
+        parts.append(alt(_plain_positive(pos), _scientific_positive(pos)))
     if iv.lo is None or iv.lo <= 0:
         neg = iv.negated()
         mag = Interval(neg.lo if neg.lo is not None and neg.lo >= 0 else Decimal(0), neg.hi,
                        lo_strict=neg.lo_strict if neg.lo is not None and neg.lo >= 0 else False,
                        hi_strict=neg.hi_strict)
+        if parts and mag == pos:     # symmetric (unbounded): one copy, an optional sign
+            return seq(optional(MINUS), parts[0])
         parts.append(seq(MINUS, alt(_plain_positive(mag), _scientific_positive(mag))))
     return alt(*parts)
 

@@ -176,6 +176,13 @@ class Interval:
         return Interval(None if self.hi is None else -self.hi, None if self.lo is None else -self.lo,
                         lo_strict=self.hi_strict, hi_strict=self.lo_strict)
 
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Interval and (self.lo, self.hi, self.lo_strict, self.hi_strict) == (
+            other.lo, other.hi, other.lo_strict, other.hi_strict)
+
+    def __hash__(self) -> int:
+        return hash((self.lo, self.hi, self.lo_strict, self.hi_strict))
+
     def __repr__(self) -> str:
         return (f"Interval({'(' if self.lo_strict else '['}{self.lo}, {self.hi}"
                 f"{')' if self.hi_strict else ']'})")

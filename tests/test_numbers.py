@@ -133,8 +133,14 @@ def test_issue_examples_are_gone():
     dfa = LazyDFA(json_schema_grammar({"type": "number", "exclusiveMinimum": 0}))
     for text in (b"1.604e-55294741716849749040198600", b"7.22687470667598029288094E-01875988495", b"1e400", b"0.0"):
         assert not dfa.matches(text), text
-    for text in (b"1.604e-300", b"5e-324", b"0.001", b"1.7976931348623157e+308", b"3"):
+    for text in (b"1.604e-300", b"1e-323", b"0.001", b"9.9999999999999999e+307", b"3"):
         assert dfa.matches(text), text
+    # past [1e-323, 1e308) only where the bounds leave nothing else: whole decades keep the automaton small
+    assert not dfa.matches(b"5e-324") and not dfa.matches(b"1e308")
+    tiny = _compiled({"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1e-323}, "double")
+    huge = _compiled({"type": "number", "minimum": 1e308}, "double")
+    assert tiny.matches(b"5e-324") and not tiny.matches(b"4e-324") and not tiny.matches(b"1e-323")
+    assert huge.matches(b"1.7976931348623157e308") and huge.matches(b"1e308") and not huge.matches(b"1.8e308")
     cents = LazyDFA(json_schema_grammar({"type": "number", "multipleOf": 0.01, "minimum": 0, "maximum": 3}))
     assert not cents.matches(b"2.0100") and not cents.matches(b"2.01") and cents.matches(b"2.02")
     with pytest.raises(UnsupportedSchemaError, match="numbers='exact'"):
