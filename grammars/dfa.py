@@ -144,6 +144,10 @@ class LazyDFA:
         row = self._rows[state] or self._expand_one(state)
         return row[self._bc[byte]]
 
+    def row(self, state: int) -> tuple[int, ...]:
+        """The next state per byte class (DEAD where none), expanding the row if needed."""
+        return self._rows[state] or self._expand_one(state)
+
     def transitions(self, state: int) -> np.ndarray:
         """int32[256]: next state per byte value (memoized)."""
         out = self._trans.get(state)

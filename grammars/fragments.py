@@ -14,6 +14,10 @@
   template (rule calls in it kept by name); from `SUBROUTINE_MIN` states they
   are subroutines from their first use, the template recorded off to the side
   so that an NFA's shape never depends on what the process built before;
+- `compact` nodes (small languages that a tree of states spells with many:
+  "at most 17 digits, a point somewhere among them" is a triangle of
+  copies) are built from their minimal DFA, one state per DFA state,
+  determinized once per process;
 - alternatives share common suffixes and left-factor leading byte sets;
 - a `trie_complement` (JSON keys other than the declared names) is built
   straight from its trie, one state per trie node, not from its alternations.
@@ -29,7 +33,7 @@ from __future__ import annotations
 
 from grammars.ast import Alt, ByteSet, Node, Ref, Repeat, Seq, non_empty, repeat, surely_nullable
 
-__all__ = ["FragmentBuilder", "share", "trie_complement", "REG", "FREE", "ENTER", "HEAD", "INC", "UNROLL_LIMIT",
+__all__ = ["FragmentBuilder", "share", "compact", "trie_complement", "REG", "FREE", "ENTER", "HEAD", "INC", "UNROLL_LIMIT",
            "SUBROUTINE_MIN"]
 
 # Kinds of call edge (`NFAArrays.call_op`). REG: a rule call (`Ref`), one level of
@@ -47,8 +51,8 @@ SUBROUTINE_MIN = 6
 
 
 def _items(node: Node) -> tuple[Node, ...]:
-    """A node as a sequence of items (an `Alt` branch flattened)."""
-    return node.items if type(node) is Seq else (node,)
+    """A node as a sequence of items (an `Alt` branch flattened, unless it is `compact`)."""
+    return node.items if type(node) is Seq and id(node) not in _COMPACT else (node,)
 
 
 # Process-wide NFA fragments of nodes that many grammars contain (JSON
@@ -56,6 +60,11 @@ def _items(node: Node) -> tuple[Node, ...]:
 # that the id stays valid, and id(node) -> template (see `_template`).
 _SHARED: dict[int, Node] = {}
 _TEMPLATES: dict[int, tuple] = {}
+_COMPACT: set[int] = set()
+_MINIMIZING: set[int] = set()
+_NO_CALLS: list = []              # the calls of a minimal DFA's template (none): marks the template as one     # compact nodes whose DFA is being built: built the generic way meanwhile
+# A `compact` node whose minimal DFA has more states than this is built the generic way.
+_COMPACT_MAX_STATES = 512
 
 
 def share(node: Node) -> Node:
@@ -74,8 +83,92 @@ def share(node: Node) -> Node:
         if len(_SHARED) >= 4096:  # a bound for callers sharing per-request nodes
             _SHARED.clear()
             _TEMPLATES.clear()
+            _COMPACT.clear()
         _SHARED[id(node)] = node
     return node
+
+
+def compact(node: Node) -> Node:
+    """Mark `node` (no rule calls) to be built from its minimal DFA: one NFA
+    state per DFA state, byte edges grouped by target. Worth it where a tree of
+    Thompson states repeats itself, as in digit budgets shared across a point
+    (`[1-9]\\d{0,15}\\.\\d+` with at most 17 digits: 123 states, 49 as a DFA). The DFA
+    is built and minimized once per process, on the node's first use; past
+    `_COMPACT_MAX_STATES` DFA states the node is built the generic way. Like
+    `share`, it returns `node`.
+
+    Example:
+        >>> from grammars.ast import Grammar, byte_range, literal, seq, alt, repeat
+        >>> d = byte_range(48, 57)
+        >>> def tri():  # i digits, a point, 1 to 8-i digits
+        ...     return alt(*(seq(repeat(d, i, i), literal(b"."), repeat(d, 1, 8 - i)) for i in range(1, 8)))
+        >>> from grammars.nfa import NFA
+        >>> NFA(Grammar({"start": tri()})).num_states, NFA(Grammar({"start": compact(tri())})).num_states
+        (77, 26)
+    """
+    share(node)
+    if id(node) in _SHARED:
+        _COMPACT.add(id(node))
+    return node
+
+
+def _minimal_template(node: Node) -> tuple | None:
+    """The template (as `_template` makes) of `node`'s minimal DFA; None past `_COMPACT_MAX_STATES`."""
+    from grammars.ast import Grammar
+    from grammars.dfa import LazyDFA
+    from grammars.errors import StateBudgetError
+
+    _MINIMIZING.add(id(node))
+    try:
+        dfa = LazyDFA(Grammar({"start": node}), max_states=_COMPACT_MAX_STATES)
+        dfa.explore()
+    except StateBudgetError:
+        return None
+    finally:
+        _MINIMIZING.discard(id(node))
+    n, generic = dfa.num_states, dfa.nfa.num_states
+    rows = [dfa.row(q) for q in range(n)]
+    # Moore refinement: split blocks by (block, block of each class's target) until stable
+    block = [int(dfa.is_accepting(q)) for q in range(n)]
+    count = len(set(block))
+    while True:
+        ids: dict[tuple, int] = {}
+        new = [ids.setdefault((block[q], *(block[t] if t >= 0 else -1 for t in rows[q])), len(ids)) for q in range(n)]
+        block = new
+        if len(ids) == count:
+            break
+        count = len(ids)
+    if count + 1 >= generic:
+        return None                           # no smaller than the tree of states
+    class_mask = [0] * dfa.num_classes
+    for b, c in enumerate(dfa.byte_class.tolist()):
+        class_mask[c] |= 1 << b
+    start = block[dfa.initial]
+    entered = any(block[t] == start for row in rows for t in row if t >= 0)
+    # states: block i -> i; the entry is block `start` itself (as -1), or a copy of it if edges enter it
+    def state(i: int) -> int:
+        return -1 if i == start and not entered else i
+
+    exit_ = count
+    eps_src, byte_src, byte_dst, masks, idx = [], [], [], [], []
+    mask_ids: dict[int, int] = {}
+    sources = [(i, next(q for q in range(n) if block[q] == i)) for i in range(count)]
+    if entered:
+        sources.append((-1, dfa.initial))
+    for i, q in sources:
+        src = i if i < 0 else state(i)
+        if dfa.is_accepting(q):
+            eps_src.append(src)
+        out: dict[int, int] = {}
+        for c, t in enumerate(rows[q]):
+            if t >= 0:
+                out[block[t]] = out.get(block[t], 0) | class_mask[c]
+        for target, mask in out.items():
+            byte_src.append(src)
+            byte_dst.append(state(target))
+            idx.append(mask_ids.setdefault(mask, len(mask_ids)))
+    masks = list(mask_ids)
+    return (count + 1, exit_, eps_src, [exit_] * len(eps_src), byte_src, byte_dst, masks, idx, dfa.is_empty, _NO_CALLS)
 
 
 def trie_complement(tries: dict, node: Node, trie: dict, printable: int, rest: Node, leave: Node) -> Node:
@@ -242,6 +335,17 @@ class FragmentBuilder:
             record = False
         else:
             record = True
+        if id(node) in _COMPACT:
+            minimal = tpl is not None and tpl[9] is _NO_CALLS
+            if not self.minimal_dfas or id(node) in _MINIMIZING:
+                if minimal:
+                    tpl, record = None, False     # the generic way, for this NFA only
+            elif not minimal:
+                tpl = _minimal_template(node)
+                if tpl is None:
+                    _COMPACT.discard(id(node))    # no smaller: built (and recorded) the generic way
+                else:
+                    _TEMPLATES[id(node)] = tpl
         if tpl is None:
             was_dead, self._dead = self._dead, False
             c0, e0, b0, k0 = self._count, len(self._eps_src), len(self._byte_src), len(self._call_src)

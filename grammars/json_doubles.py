@@ -48,7 +48,7 @@ from fractions import Fraction
 from functools import lru_cache
 
 from grammars.ast import NOTHING, Node, alt, byteset, literal, optional, repeat, seq
-from grammars.fragments import share
+from grammars.fragments import compact, share
 from grammars.json_numbers import (
     ANY_INTEGER, DIGIT, EXP, MINUS, NONZERO, ZERO, Interval, decimal_interval, digits_with_zeros, int_range,
 )
@@ -135,7 +135,7 @@ def _full_decades(a: int, b: int) -> Node:
         parts.append(seq(literal(b"0."), zeros, NONZERO, repeat(DIGIT, 0, SIG_DIGITS - 1)))
     if b >= 0:
         lo = max(a, 0)
-        parts.append(seq(NONZERO, _digits_then_fraction(lo, b - lo, SIG_DIGITS - 1)))
+        parts.append(compact(seq(NONZERO, _digits_then_fraction(lo, b - lo, SIG_DIGITS - 1))))
     return share(alt(*parts))
 
 
@@ -200,6 +200,12 @@ def _mantissa(iv: Interval) -> Node:
                                                                            fraction=True))
 
 
+@lru_cache(maxsize=1024)
+def _exponents(lo: int, hi: int) -> Node:
+    """Exponents lo..hi (`+`, leading zeros allowed), from their minimal DFA: 16 states for -323..307, not 36."""
+    return compact(digits_with_zeros(lo, hi))
+
+
 def _scientific_positive(iv: Interval) -> Node:
     """Scientific floats of value in iv, iv.lo >= 0, within [`_floor`, `_ceiling`]."""
     (lo, ls), (hi, hs) = _floor(iv), _ceiling(iv)
@@ -213,9 +219,9 @@ def _scientific_positive(iv: Interval) -> Node:
         if mant is _MANTISSA:                   # a whole decade (a bound at a power of ten): join the range
             full = [min(full[0], e), max(full[1], e)]
         elif mant != NOTHING:
-            parts.append(seq(mant, EXP, digits_with_zeros(e, e)))
+            parts.append(seq(mant, EXP, _exponents(e, e)))
     if full[0] <= full[1]:
-        parts.append(seq(_MANTISSA, EXP, digits_with_zeros(*full)))
+        parts.append(seq(_MANTISSA, EXP, _exponents(*full)))
     return alt(*parts)
 
 

@@ -124,10 +124,13 @@ class NFA(FragmentBuilder):
 
     # Switches for differential tests: replay recorded fragments; skip the
     # finishability search when the structure guarantees its answer; call large
-    # nodes built again as subroutines instead of copying them.
+    # nodes built again as subroutines instead of copying them; build `compact`
+    # nodes from their minimal DFA (templates of shared nodes recorded while it
+    # was on keep theirs: switch it off with `fragments._TEMPLATES` emptied).
     replay = True
     fast_need = True
     subroutines = True
+    minimal_dfas = True
     # A compiled `compute_need` (same arguments and result), installed by `constrained.dfa_jit`
     # when numba is there; grammars itself stays free of numba.
     need_kernel = None

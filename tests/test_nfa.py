@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from grammars import fragments
 from grammars.ast import NOTHING, Alt, ByteSet, Grammar, Ref, Seq, alt, literal, seq, star
 from grammars.dfa import LazyDFA
 from grammars.json_schema import json_schema_grammar
@@ -39,6 +40,9 @@ def test_replay_and_fast_need_build_the_same_nfa(path: Path, monkeypatch: pytest
     if g is None:
         pytest.skip("unsupported schema")
     monkeypatch.setattr(NFA, "subroutines", False)       # without replay there is nothing to call
+    # a compact node's DFA has another shape (tested below); templates recorded with it carry it
+    monkeypatch.setattr(NFA, "minimal_dfas", False)
+    monkeypatch.setattr(fragments, "_TEMPLATES", {})
     fast = NFA(g, max_depth=g.info["max_depth"])
     monkeypatch.setattr(NFA, "replay", False)
     monkeypatch.setattr(NFA, "fast_need", False)
@@ -128,6 +132,7 @@ def test_shared_templates_build_the_same_nfa(monkeypatch: pytest.MonkeyPatch) ->
     g = json_schema_grammar({"type": "object", "properties": {"a": {"type": "string"}, "n": {"type": "number"}}})
     monkeypatch.setattr(nfa_module, "_TEMPLATES", {})
     monkeypatch.setattr(NFA, "subroutines", False)
+    monkeypatch.setattr(NFA, "minimal_dfas", False)
     cold = NFA(g, max_depth=g.info["max_depth"])       # records the templates
     assert nfa_module._TEMPLATES                         # whitespace, string chars, numbers are shared
     warm = NFA(g, max_depth=g.info["max_depth"])       # replays them
@@ -136,3 +141,32 @@ def test_shared_templates_build_the_same_nfa(monkeypatch: pytest.MonkeyPatch) ->
     assert _shape(cold) == _shape(warm) == _shape(plain)
     assert warm.arrays.masks == plain.arrays.masks
     assert warm.arrays.edge_mask.tolist() == plain.arrays.edge_mask.tolist()
+
+
+def _same_language(a: LazyDFA, b: LazyDFA) -> bool:
+    """Whether two DFAs accept the same bytes: a walk over the pairs of states reachable together."""
+    todo, seen = [(a.initial, b.initial)], {(a.initial, b.initial)}
+    while todo:
+        p, q = todo.pop()
+        if a.is_accepting(p) != b.is_accepting(q):
+            return False
+        for byte in range(256):
+            pair = (a.next_state(p, byte) if p >= 0 else -1, b.next_state(q, byte) if q >= 0 else -1)
+            if pair != (-1, -1) and pair not in seen:
+                seen.add(pair)
+                todo.append(pair)
+    return True
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "number"}, {"type": "number", "exclusiveMinimum": 0}, {"type": "number", "minimum": -90, "maximum": 90.5},
+    {"type": "number", "minimum": 1e-5, "exclusiveMaximum": 1e20}, {"type": "number", "maximum": -0.25}])
+def test_compact_nodes_keep_their_language_in_fewer_states(schema, monkeypatch: pytest.MonkeyPatch) -> None:
+    # number fragments are `compact`: built from their minimal DFA, not as a tree of states
+    g = json_schema_grammar(schema)
+    small = LazyDFA(g)
+    monkeypatch.setattr(NFA, "minimal_dfas", False)
+    monkeypatch.setattr(fragments, "_TEMPLATES", {})
+    generic = LazyDFA(g)
+    assert small.nfa.num_states < generic.nfa.num_states
+    assert _same_language(small, generic)
