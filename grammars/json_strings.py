@@ -28,7 +28,7 @@ from grammars.ast import (
     EMPTY, MAX_CODEPOINT, NOTHING, Alt, ByteSet, Node, Seq, alt, byteset, codepoints, literal, repeat, seq, star,
 )
 from grammars.json_numbers import fixed_range
-from grammars.fragments import share, trie_complement
+from grammars.fragments import compact, share, trie_complement
 
 __all__ = [
     "json_char", "ANY_CHAR", "ALL_CODEPOINTS", "string_literal", "key_literal", "string_not_in", "quoted",
@@ -153,15 +153,16 @@ def json_char(ranges: Iterable[tuple[int, int]]) -> Node:
 _ONE_CHAR: dict[int, Node] = {}
 
 
-ANY_CHAR: Node = json_char(ALL_CODEPOINTS)
-NON_ASCII_CHAR: Node = json_char(((0x80, MAX_CODEPOINT),))
-_ANY_REST: Node = share(star(ANY_CHAR))
+# In most grammars, built from their minimal DFAs: ANY_CHAR is 22 states, not 47.
+ANY_CHAR: Node = compact(json_char(ALL_CODEPOINTS))
+NON_ASCII_CHAR: Node = compact(json_char(((0x80, MAX_CODEPOINT),)))
+_ANY_REST: Node = compact(star(ANY_CHAR))
 # raw bytes of printable ASCII that need no escape; and "a character that is not printable
 # ASCII, or is an escaped quote or backslash, then any rest" (`string_not_in`)
 _RAW_PRINTABLE = sum(1 << b for b in range(0x20, 0x7F) if b not in (0x22, 0x5C))
 # (the leading character is shared on its own: `_raw_not_in` puts this in an
 # alternation whose branches the NFA splits into their items, see `fragments`)
-_LEAVE_CHAR: Node = share(alt(
+_LEAVE_CHAR: Node = compact(alt(
     json_char(((0, 0x1F), (0x7F, MAX_CODEPOINT))),
     seq(literal(b"\\"), byteset(b'"\\'))))
 _LEAVE_UNPRINTABLE: Node = share(seq(_LEAVE_CHAR, _ANY_REST))
