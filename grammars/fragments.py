@@ -61,8 +61,6 @@ def _items(node: Node) -> tuple[Node, ...]:
 _SHARED: dict[int, Node] = {}
 _TEMPLATES: dict[int, tuple] = {}
 _COMPACT: set[int] = set()
-_MINIMIZING: set[int] = set()
-_NO_CALLS: list = []              # the calls of a minimal DFA's template (none): marks the template as one     # compact nodes whose DFA is being built: built the generic way meanwhile
 # A `compact` node whose minimal DFA has more states than this is built the generic way.
 _COMPACT_MAX_STATES = 512
 
@@ -89,20 +87,19 @@ def share(node: Node) -> Node:
 
 
 def compact(node: Node) -> Node:
-    """Mark `node` (no rule calls) to be built from its minimal DFA: one NFA
-    state per DFA state, byte edges grouped by target. Worth it where a tree of
-    Thompson states repeats itself, as in digit budgets shared across a point
-    (`[1-9]\\d{0,15}\\.\\d+` with at most 17 digits: 123 states, 49 as a DFA). The DFA
-    is built and minimized once per process, on the node's first use; past
-    `_COMPACT_MAX_STATES` DFA states the node is built the generic way. Like
-    `share`, it returns `node`.
+    """Mark `node` (no rule calls) to be built from its minimal DFA: one NFA state
+    per DFA state (`grammars.minimize`), where a tree of Thompson states repeats
+    itself, as digit budgets shared across a point do (`[1-9]\\d{0,15}\\.\\d+`
+    with at most 17 digits: 123 states, 49 as a DFA). The DFA is built once per
+    process, on first use, and kept only if smaller and within
+    `_COMPACT_MAX_STATES`. Like `share`, it returns `node`.
 
     Example:
         >>> from grammars.ast import Grammar, byte_range, literal, seq, alt, repeat
+        >>> from grammars.nfa import NFA
         >>> d = byte_range(48, 57)
         >>> def tri():  # i digits, a point, 1 to 8-i digits
         ...     return alt(*(seq(repeat(d, i, i), literal(b"."), repeat(d, 1, 8 - i)) for i in range(1, 8)))
-        >>> from grammars.nfa import NFA
         >>> NFA(Grammar({"start": tri()})).num_states, NFA(Grammar({"start": compact(tri())})).num_states
         (77, 26)
     """
@@ -110,65 +107,6 @@ def compact(node: Node) -> Node:
     if id(node) in _SHARED:
         _COMPACT.add(id(node))
     return node
-
-
-def _minimal_template(node: Node) -> tuple | None:
-    """The template (as `_template` makes) of `node`'s minimal DFA; None past `_COMPACT_MAX_STATES`."""
-    from grammars.ast import Grammar
-    from grammars.dfa import LazyDFA
-    from grammars.errors import StateBudgetError
-
-    _MINIMIZING.add(id(node))
-    try:
-        dfa = LazyDFA(Grammar({"start": node}), max_states=_COMPACT_MAX_STATES)
-        dfa.explore()
-    except StateBudgetError:
-        return None
-    finally:
-        _MINIMIZING.discard(id(node))
-    n, generic = dfa.num_states, dfa.nfa.num_states
-    rows = [dfa.row(q) for q in range(n)]
-    # Moore refinement: split blocks by (block, block of each class's target) until stable
-    block = [int(dfa.is_accepting(q)) for q in range(n)]
-    count = len(set(block))
-    while True:
-        ids: dict[tuple, int] = {}
-        new = [ids.setdefault((block[q], *(block[t] if t >= 0 else -1 for t in rows[q])), len(ids)) for q in range(n)]
-        block = new
-        if len(ids) == count:
-            break
-        count = len(ids)
-    if count + 1 >= generic:
-        return None                           # no smaller than the tree of states
-    class_mask = [0] * dfa.num_classes
-    for b, c in enumerate(dfa.byte_class.tolist()):
-        class_mask[c] |= 1 << b
-    start = block[dfa.initial]
-    entered = any(block[t] == start for row in rows for t in row if t >= 0)
-    # states: block i -> i; the entry is block `start` itself (as -1), or a copy of it if edges enter it
-    def state(i: int) -> int:
-        return -1 if i == start and not entered else i
-
-    exit_ = count
-    eps_src, byte_src, byte_dst, masks, idx = [], [], [], [], []
-    mask_ids: dict[int, int] = {}
-    sources = [(i, next(q for q in range(n) if block[q] == i)) for i in range(count)]
-    if entered:
-        sources.append((-1, dfa.initial))
-    for i, q in sources:
-        src = i if i < 0 else state(i)
-        if dfa.is_accepting(q):
-            eps_src.append(src)
-        out: dict[int, int] = {}
-        for c, t in enumerate(rows[q]):
-            if t >= 0:
-                out[block[t]] = out.get(block[t], 0) | class_mask[c]
-        for target, mask in out.items():
-            byte_src.append(src)
-            byte_dst.append(state(target))
-            idx.append(mask_ids.setdefault(mask, len(mask_ids)))
-    masks = list(mask_ids)
-    return (count + 1, exit_, eps_src, [exit_] * len(eps_src), byte_src, byte_dst, masks, idx, dfa.is_empty, _NO_CALLS)
 
 
 def trie_complement(tries: dict, node: Node, trie: dict, printable: int, rest: Node, leave: Node) -> Node:
@@ -336,12 +274,14 @@ class FragmentBuilder:
         else:
             record = True
         if id(node) in _COMPACT:
-            minimal = tpl is not None and tpl[9] is _NO_CALLS
-            if not self.minimal_dfas or id(node) in _MINIMIZING:
+            from grammars.minimize import MINIMIZING, NO_CALLS, minimal_template   # it builds a LazyDFA
+
+            minimal = tpl is not None and tpl[9] is NO_CALLS
+            if not self.minimal_dfas or id(node) in MINIMIZING:
                 if minimal:
                     tpl, record = None, False     # the generic way, for this NFA only
             elif not minimal:
-                tpl = _minimal_template(node)
+                tpl = minimal_template(node, _COMPACT_MAX_STATES)
                 if tpl is None:
                     _COMPACT.discard(id(node))    # no smaller: built (and recorded) the generic way
                 else:
