@@ -155,6 +155,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--top-p", type=float, default=1.0,
                    help="nucleus sampling: keep the smallest set of allowed tokens with this much probability "
                         "(default: %(default)s, all)")
+    g.add_argument("--budget-aware", action=argparse.BooleanOptionalAction, default=True,
+                   help="near --max-tokens, allow only tokens that keep a complete output within it, so "
+                        "constrained samples end complete (default: on)")
     g.add_argument("--seed", type=int, default=None,
                    help="random seed (default: none, a fresh one per run)")
     g.add_argument("--strict", action="store_true", help="schemas: missing additionalProperties means false")
@@ -241,7 +244,7 @@ def _requests(args: argparse.Namespace) -> list[tuple[int | None, Any]]:
     from constrained.generate import GenerationRequest
 
     common = dict(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
-                  seed=args.seed, n=args.n, chat=args.chat)
+                  seed=args.seed, n=args.n, chat=args.chat, budget_aware=args.budget_aware)
     if args.input:
         if args.prompt is not None or args.prompt_file is not None:
             raise UsageError("give --prompt/--prompt-file or --input, not both")
@@ -342,7 +345,7 @@ def _load_schema_arg(value: str, where: str) -> Any:
         raise UsageError(f"{where}: {origin} is not valid JSON: {e}") from None
 
 
-_LINE_KEYS = {"prompt", "schema", "regex", "n", "max_tokens", "temperature", "top_p", "seed", "chat"}
+_LINE_KEYS = {"prompt", "schema", "regex", "n", "max_tokens", "temperature", "top_p", "seed", "chat", "budget_aware"}
 
 
 def _request_from_line(line: str, lineno: int, args: argparse.Namespace, common: dict[str, Any]) -> Any:

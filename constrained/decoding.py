@@ -12,6 +12,10 @@ Forced tokens (`Guide.forced_tokens()`, e.g. the ``"name": "`` between two
 fields) are appended without sampling; the next model call runs them all at
 once as that row's suffix.
 
+Near its `max_tokens`, a constrained row is steered (`constrained.budget`):
+only tokens that keep a complete output within the budget are allowed, so
+it ends "complete" instead of cut off; `Row.steered` counts those steps.
+
 Rows finish independently ("complete" on EOS or when only EOS can follow,
 "max_tokens", or "error"); a backend failure is retried row by row, so it only
 marks the row(s) that caused it, and an exception in a row's own work (its
@@ -41,6 +45,7 @@ from constrained.sampling import sample_masked
 
 if TYPE_CHECKING:
     from backends.base import AsyncLM
+    from constrained.budget import Completions
     from constrained.guide import Guide
 
 __all__ = ["Row", "decode"]
@@ -59,6 +64,9 @@ class Row:
         status: None while running, then "complete", "max_tokens" or "error".
         error: what went wrong, for status "error".
         forced: how many of `tokens` were forced rather than sampled.
+        budget: shortest completions of the guide's FSM, to end complete
+            within `max_tokens` (None: never steered).
+        steered: how many sampled tokens the budget restricted.
     """
 
     prompt: tuple[int, ...]
@@ -72,6 +80,8 @@ class Row:
     status: str | None = None
     error: str | None = None
     forced: int = 0
+    budget: Completions | None = None
+    steered: int = 0
 
     def sequence(self) -> tuple[int, ...]:
         """Prompt plus generated ids: what the next model call must see."""
@@ -84,11 +94,19 @@ class Row:
     def step(self, logprobs: np.ndarray) -> None:
         """Sample the next token from `logprobs`, then append any forced tokens."""
         allowed = None if self.guide is None else self.guide.allowed_token_ids()
+        budget, left = self.budget, self.max_tokens - len(self.tokens)
+        steer = None if budget is None else budget.steer(self.guide.state, left)
         try:
-            tok = sample_masked(logprobs, allowed, self.temperature, self.top_p, self.rng)
+            tok = sample_masked(logprobs, allowed if steer is None else steer, self.temperature, self.top_p, self.rng)
+            if steer is None and budget is not None and tok not in self.eos and not budget.fits(self.guide.state, tok, left):
+                # the token would leave too few tokens to complete: draw again among those that do not
+                steer = budget.steer(self.guide.state, left, force=True)
+                if steer is not None:
+                    tok = sample_masked(logprobs, steer, self.temperature, self.top_p, self.rng)
         except ValueError as e:
             self.fail(str(e))
             return
+        self.steered += steer is not None
         if tok in self.eos:
             self.status = "complete"
             return
@@ -115,7 +133,8 @@ class Row:
                     self.fail("internal error: the constraint reached a dead end")
                 return
         if len(self.tokens) >= self.max_tokens:
-            self.status = "max_tokens"
+            # EOS is not counted in max_tokens: a complete text at the limit ends complete
+            self.status = "complete" if guide is not None and guide.is_accepting() else "max_tokens"
 
     def fail(self, message: str) -> None:
         self.status, self.error = "error", message

@@ -265,6 +265,9 @@ class JitDFA(LazyDFA):
             self.expand(np.array([state], dtype=np.int64))
         return tuple(self._table[state].tolist())
 
+    def row(self, state: int) -> tuple[int, ...]:
+        return self._expand_one(state)
+
     def next_state(self, state: int, byte: int) -> int:
         if self._table[state, 0] == UNEXPANDED:
             self._expand_one(state)

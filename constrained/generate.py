@@ -35,6 +35,7 @@ from constrained.decoding import Row, decode
 
 if TYPE_CHECKING:
     from backends.base import AsyncLM
+    from constrained.budget import Completions
     from constrained.token_fsm import TokenFSM
     from constrained.vocab import Vocabulary
 
@@ -68,6 +69,8 @@ class Generation:
         error: what went wrong, for status "error".
         compile_ms: time spent compiling the request's constraint.
         forced_tokens: how many of `token_ids` were appended without sampling.
+        steered: how many sampled tokens the budget restricted so that the
+            sample ends complete within `max_tokens` (see `budget_aware`).
 
     Example:
         >>> Generation(text="7", token_ids=[22], value=7).to_dict()["value"]
@@ -81,6 +84,7 @@ class Generation:
     error: str | None = None
     compile_ms: float = 0.0
     forced_tokens: int = 0
+    steered: int = 0
 
     @property
     def ok(self) -> bool:
@@ -94,7 +98,7 @@ class Generation:
             value = value.model_dump(mode="json")
         return {
             "text": self.text, "value": value, "status": self.status, "error": self.error,
-            "token_ids": list(self.token_ids), "compile_ms": round(self.compile_ms, 3),
+            "token_ids": list(self.token_ids), "compile_ms": round(self.compile_ms, 3), "steered": self.steered,
         }
 
 
@@ -113,6 +117,10 @@ class GenerationRequest:
         n: samples for this prompt.
         chat: wrap the text prompt in the tokenizer's chat template.
         options: compile options (``strict``, ``whitespace``, ... for schemas).
+        budget_aware: near `max_tokens`, allow only tokens that keep a complete
+            output within it, so constrained samples end "complete" rather
+            than cut off (`Generation.steered` counts the steered tokens); a
+            `max_tokens` below the constraint's shortest output is refused.
 
     Example:
         >>> GenerationRequest("Digits:", regex="[0-9]+", n=2).n
@@ -129,6 +137,7 @@ class GenerationRequest:
     n: int = 1
     chat: bool = False
     options: dict[str, Any] = field(default_factory=dict)
+    budget_aware: bool = True
 
     def check(self) -> None:
         """Raise ValueError (quoting the bad value) for settings out of range."""
@@ -146,6 +155,8 @@ class GenerationRequest:
             raise ValueError(f"`seed` must be a non-negative integer or None, got {self.seed!r}")
         if self.schema is not None and self.regex is not None:
             raise ValueError("give either `schema` or `regex`, not both")
+        if not isinstance(self.budget_aware, bool):
+            raise ValueError(f"`budget_aware` must be True or False, got {self.budget_aware!r}")
 
 
 # ---------------------------------------------------------------------------- public API
@@ -163,6 +174,7 @@ def generate(
     seed: int | None = None,
     n: int = 1,
     chat: bool = False,
+    budget_aware: bool = True,
     backend: str = "mlx",
     **compile_options: Any,
 ) -> list[Generation]:
@@ -173,7 +185,7 @@ def generate(
             cached) with `backends.base.load_model_by_name(model, backend)`.
         prompt: text or token ids.
         schema, regex: the constraint (at most one; neither = unconstrained).
-        max_tokens, temperature, top_p, seed, n, chat: see `GenerationRequest`.
+        max_tokens, temperature, top_p, seed, n, chat, budget_aware: see `GenerationRequest`.
         backend: "mlx" or "hf", when `model` is a path.
         **compile_options: passed to the schema / regex compiler.
 
@@ -189,7 +201,8 @@ def generate(
         ['no', 'yes']
     """
     coro = agenerate(model, prompt, schema=schema, regex=regex, max_tokens=max_tokens, temperature=temperature,
-                     top_p=top_p, seed=seed, n=n, chat=chat, backend=backend, **compile_options)
+                     top_p=top_p, seed=seed, n=n, chat=chat, budget_aware=budget_aware, backend=backend,
+                     **compile_options)
     return _run_sync(coro)
 
 
@@ -205,6 +218,7 @@ async def agenerate(
     seed: int | None = None,
     n: int = 1,
     chat: bool = False,
+    budget_aware: bool = True,
     backend: str = "mlx",
     **compile_options: Any,
 ) -> list[Generation]:
@@ -214,7 +228,8 @@ async def agenerate(
         >>> gens = await agenerate(lm, "Age:", schema={"type": "integer"})  # doctest: +SKIP
     """
     lm = await asyncio.to_thread(resolve_model, model, backend)
-    request = GenerationRequest(prompt, schema, regex, max_tokens, temperature, top_p, seed, n, chat, compile_options)
+    request = GenerationRequest(prompt, schema, regex, max_tokens, temperature, top_p, seed, n, chat, compile_options,
+                                budget_aware)
     job = _prepare(lm, request)
     if job.exception is not None:
         raise job.exception
@@ -360,7 +375,8 @@ class _Job:
 
     def _result(self, row: Row) -> Generation:
         text = self.vocab.decode(row.tokens).decode("utf-8", errors="replace") if self.vocab else ""
-        gen = Generation(text, list(row.tokens), None, row.status or "error", row.error, self.compile_ms, row.forced)
+        gen = Generation(text, list(row.tokens), None, row.status or "error", row.error, self.compile_ms, row.forced,
+                         row.steered)
         if gen.status == "complete":
             try:
                 gen.value = _parse(self.request, text)
@@ -379,6 +395,7 @@ def _prepare(lm: AsyncLM, request: GenerationRequest) -> _Job:
         started = time.perf_counter()
         fsm = _compile(request, vocab)
         job.compile_ms = (time.perf_counter() - started) * 1000
+        budget = _budget(request, fsm)
     except Exception as e:  # reported per request; `agenerate` re-raises it
         job.exception = e
         return job
@@ -387,8 +404,24 @@ def _prepare(lm: AsyncLM, request: GenerationRequest) -> _Job:
         rng = np.random.default_rng(None if request.seed is None else [int(request.seed), j])
         guide = None if fsm is None else fsm.guide()
         job.rows.append(Row(prompt, guide, eos, int(request.max_tokens), float(request.temperature),
-                            float(request.top_p), rng))
+                            float(request.top_p), rng, budget=budget))
     return job
+
+
+def _budget(request: GenerationRequest, fsm: TokenFSM | None) -> Completions | None:
+    """The shortest completions that steer `request`'s rows; ValueError if `max_tokens` cannot hold one."""
+    from constrained.budget import completions
+
+    if fsm is None or not request.budget_aware:
+        return None
+    budget = completions(fsm)
+    need = budget.tokens_needed(fsm.initial)
+    if need is not None and need > request.max_tokens and budget.is_shortest(fsm.initial):
+        shortest = budget.shortest(fsm.initial).decode("utf-8", errors="replace")
+        raise ValueError(f"max_tokens={request.max_tokens} is below the shortest complete output of this "
+                         f"constraint, {need} tokens as this vocabulary spells it ({shortest!r}); raise "
+                         "max_tokens (or set budget_aware=False to accept a cut-off sample)")
+    return budget
 
 
 def _compile(request: GenerationRequest, vocab: Vocabulary) -> TokenFSM | None:

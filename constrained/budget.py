@@ -1,0 +1,290 @@
+"""Budget-aware completion: a constrained sample ends complete within its `max_tokens`.
+
+A random or wandering model can stay inside a string or a run of whitespace
+until `max_tokens` cuts it off, leaving text that is not a valid result. From
+every DFA state the engine knows a shortest way to an accepting state: a
+breadth-first search over the byte DFA (one representative byte per byte
+class, letters and digits first), memoized per state. Its bytes, cut into
+tokens greedily (longest token first), give `tokens_needed(state)`: a number
+of tokens that surely completes the text.
+
+While the budget left is more than that plus `MARGIN`, the guide's mask
+applies, and a sampled token after which completion no longer fits (one that
+opens an object with many required members, say) is drawn again from the
+steered set. Once the budget is that close, `steer` allows only tokens that keep completion within it:
+tokens that spell a prefix of the shortest completion and after which the
+rest still fits (and EOS where the text is already complete). The greedy
+first token always qualifies, so from a state whose completion fits, every
+step keeps it fitting, and the row ends `complete`. The suffix of a shortest
+completion is a shortest completion of the state it reaches; it is kept for
+that state when it tokenizes into fewer tokens than the state's own search
+found, which is what makes the greedy first token qualify again next step.
+
+The search is bounded (`MAX_SEARCH` DFA states); past it, or when some byte
+of the completion has no token of its own, `tokens_needed` is None and the
+row runs unsteered.
+
+Example:
+    >>> from grammars.regex import regex_grammar
+    >>> from grammars.dfa import LazyDFA
+    >>> from constrained.token_fsm import TokenFSM
+    >>> from constrained.vocab import Vocabulary
+    >>> v = Vocabulary.from_token_bytes([b"a", b"b", b"ab", b"c", None], eos_token_ids=[4])
+    >>> fsm = TokenFSM(LazyDFA(regex_grammar("c*ab")), v)
+    >>> b = completions(fsm)
+    >>> b.shortest(fsm.initial), b.tokens_needed(fsm.initial)
+    (b'ab', 1)
+    >>> b.steer(fsm.initial, 5) is None, b.steer(fsm.initial, 1).tolist()
+    (True, [2])
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import deque
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from grammars.errors import StateBudgetError
+
+if TYPE_CHECKING:
+    from constrained.token_fsm import TokenFSM
+    from constrained.vocab import Vocabulary
+
+__all__ = ["Completions", "completions", "MARGIN", "MAX_SEARCH"]
+
+# Steering starts when at most this many tokens beyond the needed ones are left.
+MARGIN = 2
+# DFA states a breadth-first search for the shortest completion may meet; past it, a
+# depth-first one (closing bytes first) finds a short one within MAX_SEARCH states.
+BREADTH = 10_000
+MAX_SEARCH = 20_000
+_CLOSING = b'"}],'
+# Representative bytes of a byte class, most preferred first: what fills strings when steered.
+_PREFERRED = b"abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+_BY_FSM: "weakref.WeakKeyDictionary[TokenFSM, Completions]" = weakref.WeakKeyDictionary()
+_BY_VOCAB: "weakref.WeakKeyDictionary[Vocabulary, tuple[dict[bytes, int], int]]" = weakref.WeakKeyDictionary()
+
+
+def completions(fsm: TokenFSM) -> Completions:
+    """The (shared, memoized) `Completions` of `fsm`."""
+    out = _BY_FSM.get(fsm)
+    if out is None:
+        out = _BY_FSM[fsm] = Completions(fsm)
+    return out
+
+
+def _token_table(vocab: Vocabulary) -> tuple[dict[bytes, int], int]:
+    """bytes -> the least token id spelling them (EOS and byte-less tokens left out), and the longest length."""
+    try:
+        found = _BY_VOCAB.get(vocab)
+    except TypeError:                           # not weak-referenceable: build it each time
+        found = None
+    if found is None:
+        eos = set(vocab.eos_token_ids)
+        table: dict[bytes, int] = {}
+        for i, b in enumerate(vocab.token_bytes):
+            if b and i not in eos and b not in table:
+                table[b] = i
+        found = (table, max(map(len, table), default=0))
+        try:
+            _BY_VOCAB[vocab] = found
+        except TypeError:
+            pass
+    return found
+
+
+class Completions:
+    """Shortest completions of the states of one `TokenFSM`, in bytes and in tokens."""
+
+    def __init__(self, fsm: TokenFSM) -> None:
+        self.fsm = fsm
+        self._table, self._longest = _token_table(fsm.vocab)
+        self._eos = np.asarray(sorted(fsm.vocab.eos_token_ids), dtype=np.int32)
+        self._shortest: dict[int, bytes | None] = {}
+        self._exact: set[int] = set()          # states whose `shortest` is the shortest in bytes
+        self._needed: dict[int, int | None] = {}
+        dfa = fsm.dfa
+        self._rep = [_representative(np.flatnonzero(dfa.byte_class == c)) for c in range(dfa.num_classes)]
+        # classes in search order: those that close strings and containers first
+        self._order = sorted(range(dfa.num_classes), key=lambda c: _rank(self._rep[c]))
+
+    def shortest(self, state: int) -> bytes | None:
+        """The bytes of a short way from DFA `state` to acceptance (see the module docstring); None if
+        none was found within `MAX_SEARCH` states."""
+        known = self._shortest
+        if state in known:
+            return known[state]
+        # searching creates DFA states: a quarter of the constraint's state budget left, at most
+        dfa = self.fsm.dfa
+        room = (getattr(dfa, "max_states", MAX_SEARCH * 8) - dfa.num_states) // 4
+        try:
+            found = self._breadth_first(state, min(BREADTH, room))
+            exact = found is not None
+            if found is None:
+                found = self._depth_first(state, min(MAX_SEARCH, room))
+        except StateBudgetError:               # the budget is the constraint's own: it ends the row, not this
+            found = None
+        if found is None:
+            known[state] = None
+            return None
+        path, out = found
+        end = path[-1]
+        tail = b"" if self.fsm.dfa.is_accepting(end) else known[end]
+        for i, q in enumerate(path[:-1]):      # each state on the way: the rest of it
+            known.setdefault(q, bytes(out[i:]) + tail)
+        known.setdefault(end, tail)
+        if exact and self.fsm.dfa.is_accepting(end):
+            self._exact.add(state)
+        return known[state]
+
+    def _done(self, q: int, start: int) -> bool:
+        return self.fsm.dfa.is_accepting(q) or (q != start and self._shortest.get(q) is not None)
+
+    def _breadth_first(self, state: int, limit: int) -> tuple[list[int], bytes] | None:
+        """A shortest way to a state that accepts or has a known completion, if one lies within
+        `BREADTH` states: (the states along it, its bytes)."""
+        dfa = self.fsm.dfa
+        parent: dict[int, tuple[int, int]] = {state: (-1, -1)}
+        level = [state]
+        while level and len(parent) <= limit:
+            for q in level:
+                if self._done(q, state):
+                    path, out = [q], bytearray()
+                    while q != state:
+                        q, b = parent[q]
+                        path.append(q)
+                        out.append(b)
+                    return path[::-1], bytes(out[::-1])
+            nxt = []
+            for q in level:
+                row = dfa.row(q)
+                for c in self._order:
+                    t = row[c]
+                    if t >= 0 and t not in parent:
+                        parent[t] = (q, self._rep[c])
+                        nxt.append(t)
+            level = nxt
+        return None
+
+    def _depth_first(self, state: int, limit: int) -> tuple[list[int], bytes] | None:
+        """A way found by always taking the first byte class in search order that leads somewhere new
+        (backing up at dead ends), within `MAX_SEARCH` states."""
+        dfa = self.fsm.dfa
+        seen = {state}
+        path, out, todo = [state], bytearray(), [iter(self._order)]
+        while path and len(seen) <= limit:
+            q = path[-1]
+            if self._done(q, state):
+                return path, bytes(out)
+            row = dfa.row(q)
+            for c in todo[-1]:
+                t = row[c]
+                if t >= 0 and t not in seen:
+                    seen.add(t)
+                    path.append(t)
+                    out.append(self._rep[c])
+                    todo.append(iter(self._order))
+                    break
+            else:
+                path.pop()
+                todo.pop()
+                if out:
+                    out.pop()
+        return None
+
+    def tokens_needed(self, state: int) -> int | None:
+        """Tokens that surely complete the text from `state` (greedy cut of `shortest`); None if unknown."""
+        if state in self._needed:
+            return self._needed[state]
+        w = self.shortest(state)
+        n = None if w is None else self._count(state, w)
+        self._needed[state] = n
+        return n
+
+    def is_shortest(self, state: int) -> bool:
+        """Whether `shortest(state)` is known to be the shortest completion in bytes (the search was exhaustive)."""
+        return self.shortest(state) is not None and state in self._exact
+
+    def fits(self, state: int, token: int, remaining: int) -> bool:
+        """Whether the text can still complete within `remaining` tokens after `token` is read in `state`
+        (True when unknown: then nothing is steered)."""
+        nxt = self.fsm.next_state(state, token)
+        need = None if nxt < 0 else self.tokens_needed(nxt)
+        return need is None or need <= remaining - 1
+
+    def steer(self, state: int, remaining: int, *, force: bool = False) -> np.ndarray | None:
+        """The token ids allowed from `state` with `remaining` tokens left, when the budget binds.
+
+        None when it does not (more than `tokens_needed + MARGIN` left, unless
+        `force`) or when completion cannot be planned; then the guide's own
+        mask applies.
+        """
+        need = self.tokens_needed(state)
+        if need is None or (remaining > need + MARGIN and not force):
+            return None
+        w = self._shortest[state]
+        fsm = self.fsm
+        allowed = [int(e) for e in self._eos] if fsm.is_accepting(state) else []
+        for k in range(1, min(self._longest, len(w)) + 1):
+            tok = self._table.get(w[:k])
+            if tok is None:
+                continue
+            nxt = fsm.next_state(state, tok)
+            if nxt < 0:
+                continue
+            rest = w[k:]
+            after = self.tokens_needed(nxt)
+            cut = self._count(nxt, rest)
+            if cut is not None and (after is None or cut < after):
+                self._shortest[nxt], self._needed[nxt] = rest, cut   # the better-cut shortest completion
+                after = cut
+            if after is not None and after <= remaining - 1:
+                allowed.append(tok)
+        return np.asarray(sorted(allowed), dtype=np.int32) if allowed else None
+
+    def _count(self, state: int, w: bytes) -> int | None:
+        """Tokens that spell `w` from `state` as the decode loop would: the guide's forced tokens
+        where it has them, else the longest token along `w`; None if some byte has no token."""
+        fsm, table, n = self.fsm, self._table, 0
+        token_bytes = fsm.vocab.token_bytes
+        while w:
+            forced = fsm.forced_tokens(state)
+            if forced:
+                for tok in forced:
+                    state = fsm.next_state(state, tok)
+                    w = w[len(token_bytes[tok]):]
+                n += len(forced)
+                continue
+            for k in range(min(self._longest, len(w)), 0, -1):
+                tok = table.get(w[:k])
+                if tok is not None and fsm.next_state(state, tok) >= 0:
+                    state = fsm.next_state(state, tok)
+                    w = w[k:]
+                    n += 1
+                    break
+            else:
+                return None                    # a byte no token spells on its own
+        return n
+
+
+def _rank(b: int) -> int:
+    """Search order of a class by its representative: closing bytes, letters and digits, other
+    printable ASCII, the rest (a backslash starts a 2-6 byte escape, so it comes late)."""
+    if b in _CLOSING:
+        return _CLOSING.index(b)
+    if b in _PREFERRED:
+        return 10
+    return 11 if 0x20 <= b < 0x7F and b != 0x5C else 12
+
+
+def _representative(members: np.ndarray) -> int:
+    """The byte that stands for a byte class in completions: a letter or digit when the class has one."""
+    inside = set(members.tolist())
+    for b in _PREFERRED:
+        if b in inside:
+            return b
+    printable = [b for b in inside if 0x20 <= b < 0x7F]
+    return min(printable) if printable else min(inside)
