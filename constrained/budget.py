@@ -60,7 +60,6 @@ MARGIN = 2
 # depth-first one (closing bytes first) finds a short one within MAX_SEARCH states.
 BREADTH = 10_000
 MAX_SEARCH = 20_000
-_CLOSING = b'"}],'
 # Representative bytes of a byte class, most preferred first: what fills strings when steered.
 _PREFERRED = b"abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -107,7 +106,7 @@ class Completions:
         self._exact: set[int] = set()          # states whose `shortest` is the shortest in bytes
         self._needed: dict[int, int | None] = {}
         dfa = fsm.dfa
-        self._rep = [_representative(np.flatnonzero(dfa.byte_class == c)) for c in range(dfa.num_classes)]
+        self._rep = [self._representative(np.flatnonzero(dfa.byte_class == c)) for c in range(dfa.num_classes)]
         # classes in search order: those that close strings and containers first
         self._order = sorted(range(dfa.num_classes), key=lambda c: _rank(self._rep[c]))
 
@@ -245,6 +244,23 @@ class Completions:
                 allowed.append(tok)
         return np.asarray(sorted(allowed), dtype=np.int32) if allowed else None
 
+    def _representative(self, members: np.ndarray) -> int:
+        """The byte that stands for a byte class in completions: of its letters and digits, the one
+        whose runs take the fewest tokens (strings are filled with it); else printable ASCII."""
+        inside = set(members.tolist())
+        fill = [b for b in _PREFERRED if b in inside]
+        if fill:
+            table, longest = self._table, self._longest
+            def cost(b: int) -> int:
+                run, i, n = bytes([b]) * 16, 0, 0
+                while i < 16:
+                    i += next((k for k in range(min(longest, 16 - i), 0, -1) if run[i:i + k] in table), 1)
+                    n += 1
+                return n
+            return min(fill, key=cost)
+        printable = [b for b in inside if 0x20 <= b < 0x7F]
+        return min(printable) if printable else min(inside)
+
     def _count(self, state: int, w: bytes) -> int | None:
         """Tokens that spell `w` from `state` as the decode loop would: the guide's forced tokens
         where it has them, else the longest token along `w`; None if some byte has no token."""
@@ -271,20 +287,13 @@ class Completions:
 
 
 def _rank(b: int) -> int:
-    """Search order of a class by its representative: closing bytes, letters and digits, other
-    printable ASCII, the rest (a backslash starts a 2-6 byte escape, so it comes late)."""
-    if b in _CLOSING:
-        return _CLOSING.index(b)
+    """Search order of a class by its representative: the closing quote, letters and digits (what
+    fills strings), closing brackets, a comma, other printable ASCII, the rest (a backslash starts
+    a 2-6 byte escape, so it comes late)."""
+    if b == 0x22:
+        return 0
     if b in _PREFERRED:
-        return 10
-    return 11 if 0x20 <= b < 0x7F and b != 0x5C else 12
-
-
-def _representative(members: np.ndarray) -> int:
-    """The byte that stands for a byte class in completions: a letter or digit when the class has one."""
-    inside = set(members.tolist())
-    for b in _PREFERRED:
-        if b in inside:
-            return b
-    printable = [b for b in inside if 0x20 <= b < 0x7F]
-    return min(printable) if printable else min(inside)
+        return 1
+    if b in b"}],":
+        return 2 + b"}],".index(b)
+    return 5 if 0x20 <= b < 0x7F and b != 0x5C else 6
