@@ -48,6 +48,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -70,6 +71,16 @@ if TYPE_CHECKING:
     from constrained.vocab import Vocabulary
 
 __all__ = ["XARGS_KEY", "ConstrainedLogitsProcessor", "ConstraintSpec", "parse_constraint"]
+
+try:  # vLLM's Model Runner V2 interface (0.32); absent from older versions
+    from vllm.v1.worker.gpu.sample.logits_processor.interface import LogitsProcessor as _V2LogitsProcessor
+
+    _BASES: tuple[type, ...] = (AdapterLogitsProcessor, _V2LogitsProcessor)
+except ImportError:  # pragma: no cover - depends on the vLLM version
+    _BASES = (AdapterLogitsProcessor,)
+
+# The processor instance serving each engine config (see `ConstrainedLogitsProcessor.idle`).
+_LIVE: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 
 XARGS_KEY = "constrained"
 
@@ -219,6 +230,7 @@ class _RequestMask:
         self.fsm = fsm
         self.guide = fsm.guide() if fsm is not None else None
         self.consumed = 0
+        self.seen_ids: list[int] = []      # the output ids the guide has read (V2 rebuilds the output from them)
         self.max_tokens = max_tokens
         self.budget = budget
         self.error = error
@@ -247,10 +259,11 @@ class _RequestMask:
 
     def _sync(self, output_ids: Sequence[int]) -> None:
         if len(output_ids) < self.consumed:   # the request restarted (preempted): replay from scratch
-            self.guide, self.consumed = self.fsm.guide(), 0
+            self.guide, self.consumed, self.seen_ids = self.fsm.guide(), 0, []
         for tok in output_ids[self.consumed:]:
             if not self.guide.advance(int(tok)):
                 raise ValueError(f"token {int(tok)} at output position {self.consumed} breaks the constraint")
+            self.seen_ids.append(int(tok))
             self.consumed += 1
 
     def _mask(self, produced: int) -> np.ndarray | None:
@@ -282,27 +295,47 @@ def _unpack(packed: torch.Tensor, cols: int) -> torch.Tensor:
     return bits[:, :cols]
 
 
-class ConstrainedLogitsProcessor(AdapterLogitsProcessor):
+class ConstrainedLogitsProcessor(*_BASES):  # type: ignore[misc]
     """vLLM logits processor for ``extra_args={"constrained": {...}}`` requests (see the module docstring).
+
+    vLLM 0.32 has two model runners with two processor interfaces, and checks
+    that every processor it loads (entry-point plugins included) subclasses
+    its runner's: V1 (the CPU engine, and CUDA without Triton) calls
+    ``(vllm_config, device, is_pin_memory)``, `update_state` and
+    ``apply(logits)``; V2 (the CUDA default) calls ``(vllm_config, req_states)``,
+    `add_request` and ``apply(logits, ctx)``. This class is both, so
+    installing the package never stops an engine from starting.
 
     Args:
         vllm_config: the engine's config (the model's tokenizer and vocabulary size come from it).
-        device: where the logits live.
-        is_pin_memory: pin the host buffer that carries masks to the device.
+        device: where the logits live (V1), or the runner's `LogitsProcRequestState` (V2).
+        is_pin_memory: pin the host buffer that carries masks to the device (V1).
 
     Example:
         >>> LLM("path/to/model", logits_processors=[ConstrainedLogitsProcessor])  # doctest: +SKIP
     """
 
-    def __init__(self, vllm_config: Any, device: torch.device, is_pin_memory: bool) -> None:
-        super().__init__(vllm_config, device, is_pin_memory)
+    def __init__(self, vllm_config: Any, device: Any, is_pin_memory: bool | None = None) -> None:
+        if is_pin_memory is None:           # V2: (vllm_config, req_states)
+            self.req_info = {}
+            self.req_states = device
+            device, is_pin_memory = device.device, device.device.type == "cuda"
+        else:
+            AdapterLogitsProcessor.__init__(self, vllm_config, device, is_pin_memory)
+            self.req_states = None
         self.model_config = vllm_config.model_config
         self.device = device
-        self.is_pin_memory = is_pin_memory and device.type != "cpu"
+        self.is_pin_memory = bool(is_pin_memory) and device.type != "cpu"
         self.vocab_size = int(self.model_config.get_vocab_size())
         self.words = (self.vocab_size + 31) // 32
         self._vocab: Vocabulary | None = None
         self._host = torch.zeros((0, self.words), dtype=torch.int32)
+        self._slots: dict[int, _RequestMask] = {}         # V2: request slot -> its mask state
+        # Registered twice (the entry point and logits_processors=[...]): the second copy stays idle.
+        key = id(vllm_config)
+        self.idle = _LIVE.get(key) is not None
+        if not self.idle:
+            _LIVE[key] = self
 
     @classmethod
     def validate_params(cls, sampling_params: SamplingParams) -> None:
@@ -329,6 +362,8 @@ class ConstrainedLogitsProcessor(AdapterLogitsProcessor):
         return self._vocab
 
     def new_req_logits_processor(self, params: SamplingParams) -> _RequestMask | None:
+        if self.idle:
+            return None
         try:
             spec = parse_constraint(params.extra_args)
         except ValueError as e:      # validate_params let it through (a caller that skipped it): EOS only
@@ -353,16 +388,22 @@ class ConstrainedLogitsProcessor(AdapterLogitsProcessor):
         mask.fail(error)
         return mask
 
-    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+    def apply(self, logits: torch.Tensor, ctx: Any = None) -> torch.Tensor:
         """Mask every constrained row at once: masks into one host buffer, one copy, one `masked_fill`."""
+        if ctx is not None:
+            return self._apply_v2(logits, ctx)
         rows = list(self.req_info.items())     # every entry is a `_RequestMask` bound to its output ids
         if not rows:
             return logits
         host = self._buffer(len(rows))
         for k, (_, fn) in enumerate(rows):
             fn.func.fill(fn.args[0], host[k])
-        packed = self._host[: len(rows)].to(logits.device, non_blocking=self.is_pin_memory)
-        index = torch.tensor([i for i, _ in rows], device=logits.device)
+        return self._mask(logits, [i for i, _ in rows], non_blocking=self.is_pin_memory)
+
+    def _mask(self, logits: torch.Tensor, rows: list[int], non_blocking: bool) -> torch.Tensor:
+        """-inf where the host buffer's first ``len(rows)`` masks forbid, in logits rows `rows`."""
+        packed = self._host[: len(rows)].to(logits.device, non_blocking=non_blocking)
+        index = torch.tensor(rows, device=logits.device)
         allowed = _unpack(packed, logits.shape[-1])
         logits[index] = logits[index].masked_fill(~allowed, float("-inf"))
         return logits
@@ -373,6 +414,62 @@ class ConstrainedLogitsProcessor(AdapterLogitsProcessor):
             self._host = torch.zeros((max(rows, 2 * self._host.shape[0]), self.words), dtype=torch.int32,
                                      pin_memory=self.is_pin_memory)
         return self._host.numpy()
+
+    # ------------------------------------------------------------------ Model Runner V2
+
+    def add_request(self, req_idx: int, sampling_params: SamplingParams) -> bool:
+        """V2: (re)initialize slot `req_idx`; True when this request is constrained."""
+        mask = self.new_req_logits_processor(sampling_params)
+        if mask is None:
+            self._slots.pop(req_idx, None)
+            return False
+        self._slots[req_idx] = mask
+        return True
+
+    def _apply_v2(self, logits: torch.Tensor, ctx: Any) -> torch.Tensor:
+        """V2: rows are batch positions, ``ctx.idx_mapping_np`` their slots; each row's output so far is read
+        from the runner's token buffer (earlier tokens) and ``ctx.input_ids`` (the newest), one copy per step."""
+        slots = ctx.idx_mapping_np.tolist()
+        rows = [(r, self._slots[s]) for r, s in enumerate(slots) if s in self._slots]
+        if not rows:
+            return logits
+        if logits.shape[0] != len(slots):       # speculative decoding: several rows per request
+            for _, mask in rows:
+                if mask.error is None:
+                    mask.fail("speculative decoding is not supported with constrained requests")
+        try:
+            outputs = self._v2_outputs(rows, slots, ctx) if logits.shape[0] == len(slots) else None
+        except Exception as e:  # noqa: BLE001 - never take the engine down
+            outputs = None
+            for _, mask in rows:
+                mask.fail(f"reading the V2 runner's tokens failed: {type(e).__name__}: {e}")
+        host = self._buffer(len(rows))
+        for k, (r, mask) in enumerate(rows):
+            mask.fill(outputs[k] if outputs is not None else [], host[k])
+        return self._mask(logits, [r for r, _ in rows], non_blocking=False)
+
+    def _v2_outputs(self, rows: list[tuple[int, _RequestMask]], slots: list[int], ctx: Any) -> list[list[int]]:
+        """Each row's output ids: tokens its guide has seen stay in Python; new ones come from the device."""
+        states = self.req_states
+        prompt_len = states.prompt_len.np
+        want_slot, want_pos, spans = [], [], []
+        for r, mask in rows:
+            slot = slots[r]
+            seen = int(ctx.seq_lens_upper_bound_np[r]) - int(prompt_len[slot])   # output tokens before this one
+            have = min(mask.consumed, max(seen, 0))
+            start = len(want_pos)
+            for p in range(have, max(seen - 1, have)):                       # older new tokens: the token buffer
+                want_slot.append(slot)
+                want_pos.append(int(prompt_len[slot]) + p)
+            spans.append((start, len(want_pos), seen > have, have))
+        newest = ctx.input_ids[[r for r, _ in rows]]                           # the token fed this step
+        older = states.all_token_ids.gpu[want_slot, want_pos] if want_pos else newest[:0]
+        flat = torch.cat([older.to(newest.dtype), newest]).tolist()             # the one device-to-host copy
+        out = []
+        for k, ((_, mask), (a, b, has_newest, have)) in enumerate(zip(rows, spans)):
+            known = mask.seen_ids[:have]
+            out.append(known + flat[a:b] + ([flat[len(want_pos) + k]] if has_newest else []))
+        return out
 
 
 def _as_list(value: Any) -> list[Any]:

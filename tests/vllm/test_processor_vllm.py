@@ -155,3 +155,56 @@ def vocab_ids(vocab: Any, text: str) -> list[int]:
     """Token ids spelling `text` one byte-token at a time (every byte has a token in this vocabulary)."""
     table = {b: i for i, b in enumerate(vocab.token_bytes) if b is not None and len(b) == 1}
     return [table[bytes([c])] for c in text.encode()]
+
+
+def test_model_runner_v2_interface(llm: Any) -> None:
+    """vLLM's V2 runner (its CUDA default) loads only V2 processors; ours is both. V2 cannot run on this CPU,
+    so its hooks are driven here with the runner's data layout: token buffer, prompt lengths, batch mapping."""
+    import copy
+    from types import SimpleNamespace
+
+    import torch
+    from vllm import SamplingParams
+    from vllm.v1.worker.gpu.sample.logits_processor.interface import LogitsProcessor as V2LogitsProcessor
+
+    from constrained.vllm_processor import ConstrainedLogitsProcessor, parse_constraint
+
+    assert issubclass(ConstrainedLogitsProcessor, V2LogitsProcessor)
+    states = SimpleNamespace(device=torch.device("cpu"), max_num_reqs=4, vocab_size=32000,
+                             all_token_ids=SimpleNamespace(gpu=torch.zeros(4, 64, dtype=torch.int32)),
+                             prompt_len=SimpleNamespace(np=np.zeros(4, dtype=np.int32)))
+    proc = ConstrainedLogitsProcessor(copy.copy(llm.llm_engine.vllm_config), states)
+    person = _params({"json_schema": PERSON}, seed=0)
+    assert proc.add_request(2, person) and not proc.add_request(0, SamplingParams(max_tokens=5))
+    vocab = proc.vocabulary()
+    guide = parse_constraint(person.extra_args).compile(vocab).guide()
+    prompt, output = [1, 15043, 29901], vocab_ids(vocab, '{"na')
+    for step in range(len(output) + 1):              # the request has produced `step` tokens so far
+        seq = prompt + output[:step]
+        states.all_token_ids.gpu[2, : len(seq) - 1] = torch.tensor(seq[:-1])   # the newest is not committed yet
+        states.prompt_len.np[2] = len(prompt)
+        ctx = SimpleNamespace(idx_mapping_np=np.array([0, 2]), seq_lens_upper_bound_np=np.array([9, len(seq)]),
+                              input_ids=torch.tensor([5, seq[-1]]))
+        logits = torch.randn(2, proc.vocab_size)
+        masked = proc.apply(logits.clone(), ctx)
+        if step:
+            assert guide.advance(output[step - 1])
+        assert torch.equal(masked[0], logits[0])
+        assert set(np.flatnonzero(torch.isfinite(masked[1]).numpy())) == set(guide.allowed_token_ids().tolist())
+    assert proc._slots[2].seen_ids == output
+
+
+def test_registered_twice_one_copy_works(llm: Any) -> None:
+    """The entry point and ``logits_processors=[...]`` both load the class: the second copy stays idle."""
+    import copy
+
+    import torch
+
+    from constrained.vllm_processor import ConstrainedLogitsProcessor
+
+    config = copy.copy(llm.llm_engine.vllm_config)
+    first = ConstrainedLogitsProcessor(config, torch.device("cpu"), False)
+    second = ConstrainedLogitsProcessor(config, torch.device("cpu"), False)
+    person = _params({"json_schema": PERSON}, seed=0)
+    assert not first.idle and first.new_req_logits_processor(person) is not None
+    assert second.idle and second.new_req_logits_processor(person) is None
