@@ -67,7 +67,8 @@ class AsyncVirtualLM(AsyncLM):
     Args:
         engine_args: keyword arguments of vLLM's `AsyncEngineArgs` (``model``
             included); `ENGINE_DEFAULTS` fill what they leave out, and
-            `ConstrainedLogitsProcessor` is added to ``logits_processors``.
+            `ConstrainedLogitsProcessor` is added to ``logits_processors``
+            unless vLLM loads it through this package's entry point.
         **opts: `AsyncLM` options: batch_size, timeout, cache_size (bytes of
             cached logprobs). vLLM caches prefixes itself, so the base class's KV
             trie is off.
@@ -85,7 +86,7 @@ class AsyncVirtualLM(AsyncLM):
         opts.pop("prefix_caching", None)
         args = {**ENGINE_DEFAULTS, **engine_args}
         procs = list(args.get("logits_processors") or [])
-        if not any(p is ConstrainedLogitsProcessor or str(p).endswith(":ConstrainedLogitsProcessor") for p in procs):
+        if not _entry_point_installed() and not any(p is ConstrainedLogitsProcessor or str(p) == _FQCN for p in procs):
             procs.append(ConstrainedLogitsProcessor)
         args["logits_processors"] = procs
         self.engine_args = args
@@ -237,6 +238,16 @@ class AsyncVirtualLM(AsyncLM):
                 on_done(row)
 
         await asyncio.gather(*(one(r, c, s) for r, c, s in zip(rows, constraints, seeds)))
+
+
+_FQCN = "constrained.vllm_processor:ConstrainedLogitsProcessor"
+
+
+def _entry_point_installed() -> bool:
+    """Whether vLLM will load our processor by itself (this package installed with its entry point)."""
+    from importlib.metadata import entry_points
+
+    return any(ep.value == _FQCN for ep in entry_points(group="vllm.logits_processors"))
 
 
 def _strip_eos(tokens: list[int], eos: Sequence[int]) -> list[int]:
