@@ -6,6 +6,7 @@ Suites:
   corpus, ours against llguidance, xgrammar and outlines-core when installed;
 - ``decode``: end-to-end tokens/s, constrained vs unconstrained, MLX and HF;
 - ``cache``: the prefix trie's reuse (wraps `bench/bench_cache.py`);
+- ``vllm``: tokens/s, validity and TTFT through vLLM, our processor vs its xgrammar / guidance backends;
 - ``corpus``: rebuild / check the corpus in `bench/corpus/`.
 
 Every suite prints one JSON line per case (stdout, or ``--jsonl FILE``) and a
@@ -105,6 +106,18 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--jsonl")
     c.set_defaults(run=_run_cache)
 
+    v = sub.add_parser("vllm", help="tokens/s, validity, TTFT: our processor vs vLLM's xgrammar / guidance")
+    v.add_argument("--model", help="local model directory (default: the tiny random llama for vLLM)")
+    v.add_argument("--modes", nargs="+", default=["none", "ours", "xgrammar", "guidance"],
+                   choices=["none", "ours", "xgrammar", "guidance"])
+    v.add_argument("--concurrency", nargs="+", type=int, default=[1, 8, 32])
+    v.add_argument("--requests", type=int, default=8, help="requests per run (at least the concurrency)")
+    v.add_argument("--reps", type=int, default=2, help="runs per (mode, concurrency); tokens/s is their median")
+    v.add_argument("--max-tokens", type=int, default=256)
+    v.add_argument("--max-model-len", type=int, default=1024)
+    v.add_argument("--jsonl")
+    v.set_defaults(run=_run_vllm)
+
     k = sub.add_parser("corpus", help="rebuild (--build) or check the default corpus")
     k.add_argument("--build", action="store_true", help="rewrite bench/corpus from tests/schema_corpus.py + api_shapes")
     k.add_argument("--corpus", help="check this directory instead")
@@ -197,6 +210,12 @@ def _run_decode(args: argparse.Namespace, emit: Callable[[dict], None], say: Cal
     from bench.decode import run_decode
 
     return run_decode(args, emit, say)
+
+
+def _run_vllm(args: argparse.Namespace, emit: Callable[[dict], None], say: Callable[[str], None]) -> int:
+    from bench.vllm_bench import run_vllm
+
+    return run_vllm(args, emit, say)
 
 
 def _run_cache(args: argparse.Namespace, emit: Callable[[dict], None], say: Callable[[str], None]) -> int:

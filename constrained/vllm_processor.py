@@ -79,6 +79,8 @@ try:  # vLLM's Model Runner V2 interface (0.32); absent from older versions
 except ImportError:  # pragma: no cover - depends on the vLLM version
     _BASES = (AdapterLogitsProcessor,)
 
+_NUMPY_FLOATS = (torch.float32, torch.float16, torch.float64)
+
 # The processor instance serving each engine config (see `ConstrainedLogitsProcessor.idle`).
 _LIVE: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 
@@ -401,7 +403,22 @@ class ConstrainedLogitsProcessor(*_BASES):  # type: ignore[misc]
         return self._mask(logits, [i for i, _ in rows], non_blocking=self.is_pin_memory)
 
     def _mask(self, logits: torch.Tensor, rows: list[int], non_blocking: bool) -> torch.Tensor:
-        """-inf where the host buffer's first ``len(rows)`` masks forbid, in logits rows `rows`."""
+        """-inf where the host buffer's first ``len(rows)`` masks forbid, in logits rows `rows`.
+
+        On the CPU the masks are unpacked by numpy and written through a numpy view of
+        the logits, a vectorized copy per row (measured here: about as cheap as cloning
+        the logits, while the same shifts and `masked_fill` in torch cost ~9x that);
+        on an accelerator the packed masks go over and are unpacked there.
+        """
+        if logits.device.type == "cpu" and logits.dtype in _NUMPY_FLOATS:
+            view = logits.numpy()
+            allowed = np.unpackbits(self._host.numpy()[: len(rows)].view(np.uint8), axis=1, bitorder="little")
+            allowed = allowed[:, : logits.shape[-1]].view(bool)
+            for k, row in enumerate(rows):          # a loop over rows; each row is one vectorized copy
+                cols = min(allowed.shape[1], view.shape[1])
+                np.copyto(view[row, :cols], -np.inf, where=~allowed[k, :cols])
+                view[row, cols:] = -np.inf            # columns past the vocabulary's masks
+            return logits
         packed = self._host[: len(rows)].to(logits.device, non_blocking=non_blocking)
         index = torch.tensor(rows, device=logits.device)
         allowed = _unpack(packed, logits.shape[-1])
