@@ -69,9 +69,9 @@ class AsyncVirtualLM(AsyncLM):
             included); `ENGINE_DEFAULTS` fill what they leave out, and
             `ConstrainedLogitsProcessor` is added to ``logits_processors``
             unless vLLM loads it through this package's entry point.
-        **opts: `AsyncLM` options: batch_size, timeout, cache_size (bytes of
-            cached logprobs). vLLM caches prefixes itself, so the base class's KV
-            trie is off.
+        **opts: `AsyncLM` options: batch_size (default 256 prompts per engine
+            submission), timeout, cache_size (bytes of cached logprobs). vLLM
+            caches prefixes itself, so the base class's KV trie is off.
 
     Example:
         >>> lm = AsyncVirtualLM({"model": "path/to/model", "dtype": "float32"})  # doctest: +SKIP
@@ -84,6 +84,7 @@ class AsyncVirtualLM(AsyncLM):
         if "model" not in engine_args:
             raise ValueError("engine_args must name the model: {'model': 'path/to/model', ...}")
         opts.pop("prefix_caching", None)
+        opts.setdefault("batch_size", 256)    # vLLM schedules the rows itself: hand it many at once
         args = {**ENGINE_DEFAULTS, **engine_args}
         procs = list(args.get("logits_processors") or [])
         if not _entry_point_installed() and not any(p is ConstrainedLogitsProcessor or str(p) == _FQCN for p in procs):
@@ -130,12 +131,11 @@ class AsyncVirtualLM(AsyncLM):
         return engine, engine.get_tokenizer()
 
     def _setup(self, model: Any, tokenizer: Any) -> tuple[int, list[int], Any]:
+        # EOS as vLLM stops on it, and as the processor in the engine reads it: the tokenizer's and the generation config's
+        from constrained.vllm_processor import eos_token_ids
+
         config = model.model_config
-        eos = config.try_get_generation_config().get("eos_token_id")
-        if eos is None:
-            eos = tokenizer.eos_token_id
-        eos_ids = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
-        return int(config.get_vocab_size()), sorted(int(t) for t in eos_ids), tokenizer
+        return int(config.get_vocab_size()), eos_token_ids(config, tokenizer), tokenizer
 
     def _on_loop(self, coro: Coroutine[Any, Any, Any]) -> Future[Any]:
         """Run `coro` on the engine's loop; a concurrent future of its result."""

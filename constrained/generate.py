@@ -436,14 +436,15 @@ def engine_seed(seed: int | None, row: int) -> int | None:
 def _engine_constraint(request: GenerationRequest) -> dict[str, Any] | None:
     """The request's constraint as an engine-side processor reads it (JSON values only: it crosses processes)."""
     from constrained.compile import _as_schema_dict
+    from constrained.constraint_spec import XARGS_KEY, ConstraintSpec
 
     if request.regex is not None:
-        source: dict[str, Any] = {"regex": request.regex}
+        spec = ConstraintSpec("regex", request.regex, dict(request.options), request.budget_aware)
     elif request.schema is not None:
-        source = {"json_schema": _as_schema_dict(request.schema)}
+        spec = ConstraintSpec("json_schema", _as_schema_dict(request.schema), dict(request.options), request.budget_aware)
     else:
         return None
-    return {**source, **request.options, "budget_aware": request.budget_aware}
+    return spec.to_xargs()[XARGS_KEY]
 
 
 def _budget(request: GenerationRequest, fsm: TokenFSM | None) -> Completions | None:

@@ -7,8 +7,9 @@ A request asks for a constraint through its sampling parameters:
 
 Keys next to ``json_schema`` / ``regex`` are compile options (``whitespace``,
 ``strict``, ``max_states``, ``ascii``, ...) plus ``budget_aware`` (default
-True). The OpenAI server's ``vllm_xargs`` only carries strings, numbers and
-lists, so there the whole value is a JSON string:
+True); `constrained.constraint_spec` reads them. The OpenAI server's
+``vllm_xargs`` only carries strings, numbers and lists, so there the whole
+value is a JSON string:
 ``extra_body={"vllm_xargs": {"constrained": json.dumps({"json_schema": schema})}}``.
 
 How the constraint reaches the engine: vLLM runs logits processors in its
@@ -45,17 +46,14 @@ Example:
 
 from __future__ import annotations
 
-import json
 import logging
-import threading
 import weakref
-from collections import OrderedDict
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from constrained.constraint_spec import check_constraint, parse_constraint
 from constrained.errors import BackendUnavailableError
 
 try:
@@ -70,7 +68,9 @@ if TYPE_CHECKING:
     from constrained.token_fsm import TokenFSM
     from constrained.vocab import Vocabulary
 
-__all__ = ["XARGS_KEY", "ConstrainedLogitsProcessor", "ConstraintSpec", "parse_constraint"]
+__all__ = ["ConstrainedLogitsProcessor", "eos_token_ids"]
+
+logger = logging.getLogger("constrained.vllm")
 
 try:  # vLLM's Model Runner V2 interface (0.32); absent from older versions
     from vllm.v1.worker.gpu.sample.logits_processor.interface import LogitsProcessor as _V2LogitsProcessor
@@ -83,141 +83,6 @@ _NUMPY_FLOATS = (torch.float32, torch.float16, torch.float64)
 
 # The processor instance serving each engine config (see `ConstrainedLogitsProcessor.idle`).
 _LIVE: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
-
-XARGS_KEY = "constrained"
-
-logger = logging.getLogger("constrained.vllm")
-
-# Frontend checks remembered (constraint key -> error message or None), so a repeated schema costs a lookup.
-_CHECKED: OrderedDict[str, str | None] = OrderedDict()
-_CHECKED_SIZE = 256
-_CHECKED_LOCK = threading.Lock()
-
-
-@dataclass(frozen=True)
-class ConstraintSpec:
-    """A request's constraint as sent to the engine.
-
-    Attributes:
-        kind: "json_schema" or "regex".
-        source: the schema (a dict or bool) or the pattern.
-        options: compile options (``whitespace``, ``max_states``, ``ascii``, ...).
-        budget_aware: steer the last tokens so the output ends complete within `max_tokens`.
-
-    Example:
-        >>> parse_constraint({"constrained": {"regex": "[ab]+", "ascii": True}}).options
-        {'ascii': True}
-    """
-
-    kind: str
-    source: Any
-    options: dict[str, Any] = field(default_factory=dict)
-    budget_aware: bool = True
-
-    @property
-    def key(self) -> str:
-        """Canonical text of the constraint and its options (what the caches are keyed by)."""
-        return json.dumps([self.kind, self.source, self.options], sort_keys=True, separators=(",", ":"))
-
-    def to_xargs(self) -> dict[str, Any]:
-        """The ``extra_args`` entry that asks for this constraint."""
-        return {XARGS_KEY: {self.kind: self.source, **self.options, "budget_aware": self.budget_aware}}
-
-    def compile(self, vocab: Vocabulary) -> TokenFSM:
-        """The (cached) token FSM of this constraint over `vocab`."""
-        from constrained.compile import compile_json_schema, compile_regex
-
-        if self.kind == "regex":
-            return compile_regex(self.source, vocab, **self.options)
-        return compile_json_schema(self.source, vocab, **self.options)
-
-
-def parse_constraint(extra_args: Mapping[str, Any] | None) -> ConstraintSpec | None:
-    """Read the constraint of a request's ``extra_args`` (None when it asks for none).
-
-    Raises:
-        ValueError: the entry is malformed (quoted in the message).
-
-    Example:
-        >>> parse_constraint({"constrained": '{"json_schema": {"type": "integer"}}'}).source
-        {'type': 'integer'}
-        >>> parse_constraint({"other": 1}) is None
-        True
-    """
-    if not extra_args or XARGS_KEY not in extra_args:
-        return None
-    raw = extra_args[XARGS_KEY]
-    if isinstance(raw, str):   # the OpenAI server's vllm_xargs carry no nested objects: a JSON string
-        try:
-            raw = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"extra_args[{XARGS_KEY!r}] is not valid JSON ({e.msg}): {raw[:80]!r}") from None
-    if not isinstance(raw, dict):
-        raise ValueError(f"extra_args[{XARGS_KEY!r}] must be an object with 'json_schema' or 'regex', got {raw!r:.80}")
-    kinds = [k for k in ("json_schema", "regex") if k in raw]
-    if len(kinds) != 1:
-        raise ValueError(f"extra_args[{XARGS_KEY!r}] needs exactly one of 'json_schema' and 'regex', got keys {sorted(raw)}")
-    kind = kinds[0]
-    options = {k: v for k, v in raw.items() if k not in (kind, "budget_aware")}
-    budget_aware = raw.get("budget_aware", True)
-    if not isinstance(budget_aware, bool):
-        raise ValueError(f"'budget_aware' must be true or false, got {budget_aware!r}")
-    source = raw[kind]
-    if kind == "regex" and not isinstance(source, str):
-        raise ValueError(f"'regex' must be a string, got {source!r:.80}")
-    if kind == "json_schema" and isinstance(source, str):
-        try:
-            source = json.loads(source)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"'json_schema' is not valid JSON ({e.msg}): {source[:80]!r}") from None
-    if kind == "json_schema" and not isinstance(source, (dict, bool)):
-        raise ValueError(f"'json_schema' must be a JSON object, got {source!r:.80}")
-    return ConstraintSpec(kind, source, options, budget_aware)
-
-
-def check_constraint(spec: ConstraintSpec) -> None:
-    """Build `spec`'s automaton without a vocabulary, so a bad constraint fails before it reaches the engine.
-
-    Raises:
-        ValueError: the schema or regex is invalid, unsupported, matches
-            nothing, or an option is unknown or out of range.
-    """
-    key = spec.key
-    with _CHECKED_LOCK:
-        known = key in _CHECKED
-        error = _CHECKED.get(key)
-    if not known:
-        error = _check_uncached(spec)
-        with _CHECKED_LOCK:
-            _CHECKED[key] = error
-            while len(_CHECKED) > _CHECKED_SIZE:
-                _CHECKED.popitem(last=False)
-    if error is not None:
-        raise ValueError(error)
-
-
-def _check_uncached(spec: ConstraintSpec) -> str | None:
-    from constrained.compile import MAX_STATES
-    from grammars.dfa import LazyDFA
-    from grammars.json_schema import json_schema_grammar
-    from grammars.regex import regex_grammar
-
-    options = dict(spec.options)
-    max_states = options.pop("max_states", MAX_STATES)
-    try:
-        if not isinstance(max_states, int) or isinstance(max_states, bool) or max_states < 1:
-            raise ValueError(f"'max_states' must be a positive integer, got {max_states!r}")
-        build = regex_grammar if spec.kind == "regex" else json_schema_grammar
-        grammar = build(spec.source, **options)
-        dfa = LazyDFA(grammar, max_states=max_states, max_depth=int(grammar.info.get("max_depth", 64)))
-        if dfa.is_empty:
-            return f"the {spec.kind} matches no text at all, so no output can satisfy it"
-    except TypeError as e:        # an unknown option name
-        return f"bad constraint option: {e}"
-    except (ValueError, RecursionError) as e:   # ConstraintError is a ValueError
-        return f"{type(e).__name__}: {e}"
-    return None
-
 
 class _RequestMask:
     """One request's constraint state: a guide that follows the request's output ids.
@@ -357,10 +222,8 @@ class ConstrainedLogitsProcessor(*_BASES):  # type: ignore[misc]
             from constrained.vocab import Vocabulary
 
             tokenizer = cached_tokenizer_from_config(self.model_config)
-            eos = {int(t) for t in _as_list(self.model_config.try_get_generation_config().get("eos_token_id"))}
-            if getattr(tokenizer, "eos_token_id", None) is not None:
-                eos.add(int(tokenizer.eos_token_id))
-            self._vocab = Vocabulary.from_tokenizer(tokenizer, eos_token_ids=sorted(eos) or None, size=self.vocab_size)
+            eos = eos_token_ids(self.model_config, tokenizer)
+            self._vocab = Vocabulary.from_tokenizer(tokenizer, eos_token_ids=eos or None, size=self.vocab_size)
         return self._vocab
 
     def new_req_logits_processor(self, params: SamplingParams) -> _RequestMask | None:
@@ -487,6 +350,20 @@ class ConstrainedLogitsProcessor(*_BASES):  # type: ignore[misc]
             known = mask.seen_ids[:have]
             out.append(known + flat[a:b] + ([flat[len(want_pos) + k]] if has_newest else []))
         return out
+
+
+def eos_token_ids(model_config: Any, tokenizer: Any) -> list[int]:
+    """The ids vLLM stops on by default: the generation config's ``eos_token_id``(s) and the tokenizer's.
+
+    Example:
+        >>> from types import SimpleNamespace as NS
+        >>> eos_token_ids(NS(try_get_generation_config=lambda: {"eos_token_id": [7, 9]}), NS(eos_token_id=9))
+        [7, 9]
+    """
+    eos = {int(t) for t in _as_list(model_config.try_get_generation_config().get("eos_token_id"))}
+    if getattr(tokenizer, "eos_token_id", None) is not None:
+        eos.add(int(tokenizer.eos_token_id))
+    return sorted(eos)
 
 
 def _as_list(value: Any) -> list[Any]:

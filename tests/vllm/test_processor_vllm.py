@@ -132,7 +132,7 @@ def test_batched_apply_matches_per_row_masks(llm: Any) -> None:
              (3, _params({"regex": "[0-9]+"}, seed=0), None, outputs[3])]
     proc.update_state(BatchUpdate(batch_size=4, removed=[], added=added, moved=[]))
     person = added[0][1].extra_args["constrained"]
-    from constrained.vllm_processor import parse_constraint
+    from constrained.constraint_spec import parse_constraint
 
     fsm = parse_constraint({"constrained": person}).compile(vocab)
     outputs[0].extend(vocab_ids(vocab, '{"name'))                     # the row has produced some tokens
@@ -167,7 +167,8 @@ def test_model_runner_v2_interface(llm: Any) -> None:
     from vllm import SamplingParams
     from vllm.v1.worker.gpu.sample.logits_processor.interface import LogitsProcessor as V2LogitsProcessor
 
-    from constrained.vllm_processor import ConstrainedLogitsProcessor, parse_constraint
+    from constrained.constraint_spec import parse_constraint
+    from constrained.vllm_processor import ConstrainedLogitsProcessor
 
     assert issubclass(ConstrainedLogitsProcessor, V2LogitsProcessor)
     states = SimpleNamespace(device=torch.device("cpu"), max_num_reqs=4, vocab_size=32000,
