@@ -1,4 +1,4 @@
-"""`import constrained` must work with mlx, mlx_lm, torch and transformers absent."""
+"""`import constrained` must work with mlx, mlx_lm, torch, transformers and vllm absent."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ BLOCKER = textwrap.dedent(
     """
     import importlib.abc, sys
 
-    BLOCKED = {"mlx", "mlx_lm", "torch", "transformers"}
+    BLOCKED = {"mlx", "mlx_lm", "torch", "transformers", "vllm"}
 
     class Block(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path=None, target=None):
@@ -37,9 +37,9 @@ def run_blocked(code: str) -> subprocess.CompletedProcess:
 def test_core_imports_without_frameworks() -> None:
     proc = run_blocked(
         """
-        import constrained, grammars, backends
+        import constrained, grammars, backends, constrained.constraint_spec
         import sys
-        loaded = sorted(m for m in sys.modules if m.split(".")[0] in {"mlx", "mlx_lm", "torch", "transformers"})
+        loaded = sorted(m for m in sys.modules if m.split(".")[0] in {"mlx", "mlx_lm", "torch", "transformers", "vllm"})
         print("LOADED", loaded)
         print("API", sorted(constrained.__all__))
         """
@@ -62,6 +62,23 @@ def test_missing_framework_is_a_clear_error() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "pip install 'constrained[mlx]'" in proc.stdout
+
+
+def test_missing_vllm_is_a_clear_error() -> None:
+    proc = run_blocked(
+        """
+        from constrained.errors import BackendUnavailableError
+        import backends.base
+        for load in (lambda: backends.base.load_model_by_name("whatever", backend="vllm"),
+                     lambda: __import__("constrained.vllm_processor")):
+            try:
+                load()
+            except BackendUnavailableError as e:
+                print("ERR", e)
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("pip install 'constrained[vllm]'") == 2, proc.stdout
 
 
 @pytest.mark.parametrize("module", ["grammars", "backends.mlx", "backends.hf"])
