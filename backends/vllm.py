@@ -265,7 +265,7 @@ def _finish(row: Row, tokens: list[int], finish_reason: str | None) -> None:
         row.status = "complete" if ended else "max_tokens"
         return
     for k, tok in enumerate(tokens):
-        if budget is not None and budget.steer(guide.state, row.max_tokens - k) is not None:
+        if budget is not None and budget.restrict(guide.state, row.max_tokens - k) is not None:
             row.steered += 1           # the processor restricted this step the same way
         if not guide.advance(tok):
             row.tokens = tokens[:k]

@@ -52,10 +52,12 @@ if TYPE_CHECKING:
     from constrained.token_fsm import TokenFSM
     from constrained.vocab import Vocabulary
 
-__all__ = ["Completions", "completions", "MARGIN", "MAX_SEARCH"]
+__all__ = ["Completions", "completions", "MARGIN", "MAX_SEARCH", "FIT_WINDOW"]
 
 # Steering starts when at most this many tokens beyond the needed ones are left.
 MARGIN = 2
+# `restrict` drops tokens that leave too few tokens while at most this many beyond the needed ones are left.
+FIT_WINDOW = 64
 # DFA states a breadth-first search for the shortest completion may meet; past it, a
 # depth-first one (closing bytes first) finds a short one within MAX_SEARCH states.
 BREADTH = 10_000
@@ -105,6 +107,7 @@ class Completions:
         self._shortest: dict[int, bytes | None] = {}
         self._exact: set[int] = set()          # states whose `shortest` is the shortest in bytes
         self._needed: dict[int, int | None] = {}
+        self._after_memo: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         dfa = fsm.dfa
         self._rep = [self._representative(np.flatnonzero(dfa.byte_class == c)) for c in range(dfa.num_classes)]
         # classes in search order: those that close strings and containers first
@@ -243,6 +246,45 @@ class Completions:
             if after is not None and after <= remaining - 1:
                 allowed.append(tok)
         return np.asarray(sorted(allowed), dtype=np.int32) if allowed else None
+
+    def fitting(self, state: int, remaining: int) -> np.ndarray | None:
+        """The allowed ids of `state` after which the text still completes within `remaining` tokens
+        (EOS too when accepting); None when every allowed token fits.
+
+        `fits` for every token at once, for engines that sample by themselves
+        (vLLM): a logits processor cannot draw a token again, so it masks the
+        ones that do not fit beforehand. The need after each next state is
+        computed once per state (`tokens_needed`); unknown needs fit.
+        """
+        ids, after = self._after(state)
+        ok = (after < 0) | (after <= remaining - 1)
+        if ok.all():
+            return None
+        keep = ids[ok]
+        if self.fsm.is_accepting(state):
+            keep = np.union1d(keep, self._eos).astype(np.int32)
+        return keep if len(keep) else None
+
+    def restrict(self, state: int, remaining: int) -> np.ndarray | None:
+        """The ids an engine-side processor allows from `state` with `remaining` tokens left, when fewer than
+        the guide's: `steer`'s once the budget binds, else, within `FIT_WINDOW` of it, those that `fit`."""
+        steer = self.steer(state, remaining)
+        if steer is not None:
+            return steer
+        need = self.tokens_needed(state)
+        if need is None or remaining > need + FIT_WINDOW:
+            return None
+        return self.fitting(state, remaining)
+
+    def _after(self, state: int) -> tuple[np.ndarray, np.ndarray]:
+        """(allowed non-EOS ids, tokens needed after each; -1 where unknown), memoized per state."""
+        hit = self._after_memo.get(state)
+        if hit is None:
+            ids, nxt = self.fsm.transitions(state)
+            states, inverse = np.unique(nxt, return_inverse=True)
+            needs = np.array([-1 if n is None else n for n in map(self.tokens_needed, states.tolist())], dtype=np.int64)
+            hit = self._after_memo[state] = (ids, needs[inverse] if len(ids) else needs[:0])
+        return hit
 
     def _representative(self, members: np.ndarray) -> int:
         """The byte that stands for a byte class in completions: of its letters and digits, the one

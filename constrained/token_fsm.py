@@ -212,6 +212,28 @@ class TokenFSM:
     def is_accepting(self, state: int) -> bool:
         return state == FINISHED or self.masks(state).accepting
 
+    def transitions(self, state: int) -> tuple[np.ndarray, np.ndarray]:
+        """Every allowed non-EOS token of `state` and the state after it, as ``(ids, next_states)``, ids ascending.
+
+        `next_state` for all of them at once: the slice view's tokens are read off its
+        rows in one indexing, the others come from the memoized pairs.
+        """
+        if state == FINISHED:
+            return _EMPTY, _EMPTY
+        m = self.masks(state)
+        ids, nxt = m.ids, m.next
+        if m.view is not None:
+            view, sl = m.view, m.view.slice
+            bits = np.unpackbits(view.bitmask().view(np.uint8), bitorder="little")[: self.index.size]
+            vids = np.flatnonzero(bits).astype(np.int32)
+            vnext = view.rows[view.row_index(sl.complete[vids].astype(np.int64)), sl.end[vids]].astype(np.int32)
+            keep = ~np.isin(ids, vids)                # `next_state` asks the view first
+            ids, nxt = np.concatenate([ids[keep], vids]), np.concatenate([nxt[keep], vnext])
+            order = np.argsort(ids, kind="stable")
+            ids, nxt = ids[order], nxt[order]
+        not_eos = ~np.isin(ids, self.index.eos_ids)
+        return ids[not_eos], nxt[not_eos]
+
     def forced_tokens(self, state: int) -> tuple[int, ...]:
         """Token ids spelling the bytes forced from `state` (longest match first)."""
         m = self.masks(state)

@@ -134,16 +134,17 @@ class _RequestMask:
             self.consumed += 1
 
     def _mask(self, produced: int) -> np.ndarray | None:
-        """The guide's mask, or the budget's steered one near `max_tokens`; None once finished (EOS only)."""
+        """The guide's mask, or the budget's restricted one near `max_tokens` (`Completions.restrict`: the
+        steered tokens, or those that still fit); None once finished (EOS only)."""
         guide = self.guide
         if guide.is_finished():
             return None
         if self.budget is not None and self.max_tokens is not None:
-            steer = self.budget.steer(guide.state, self.max_tokens - produced)
-            if steer is not None:
+            ids = self.budget.restrict(guide.state, self.max_tokens - produced)
+            if ids is not None:
                 from constrained.slices import ids_bitmask
 
-                return ids_bitmask(steer, self.words)
+                return ids_bitmask(ids, self.words)
         return guide.fsm.bitmask(guide.state)
 
     def __call__(self, output_ids: list[int], logits: torch.Tensor) -> torch.Tensor:
