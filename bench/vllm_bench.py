@@ -13,8 +13,11 @@ request); each engine runs ``none``, ``ours`` and its backend, taking turns:
 Every mode sends the same prompts, seeds and ``max_tokens``, sampling at
 temperature 1. A row reports output tokens/s over the wall time of a run (the
 median of ``--reps`` runs), the share of outputs valid under `jsonschema`
-(truncated output counts as invalid), and time to first token (p50) on warm
-caches. Before timing, one
+(truncated output counts as invalid) and of outputs cut off at ``max_tokens``,
+time to first token and time per later token (p50) on warm caches. A run
+sends 4x the concurrency in requests (at least ``--requests``), a new one as
+each finishes, so the batch stays full although the modes write outputs of
+different lengths. Before timing, one
 request per schema warms each mode; its time to first token, less the warm
 p50, is reported as the cold start of that schema (our compile in the
 engine core process, or the backend's own).
@@ -53,20 +56,23 @@ def _prompts(n: int) -> list[str]:
     return [f"Request {i}: answer as JSON:" for i in range(n)]
 
 
-async def _one(engine: Any, prompt: str, params: Any, rid: str) -> tuple[float, str, int]:
-    """(seconds to first token, final text, output tokens) of one streamed request."""
+async def _one(engine: Any, prompt: str, params: Any, rid: str) -> tuple[float, str, int, float]:
+    """(seconds to first token, final text, output tokens, seconds per later token) of one streamed request."""
     start, first, out = time.perf_counter(), None, None
     async for out in engine.generate(prompt, params, rid):
         if first is None and out.outputs[0].token_ids:
             first = time.perf_counter() - start
-    return (first if first is not None else time.perf_counter() - start), out.outputs[0].text, len(out.outputs[0].token_ids)
+    total = time.perf_counter() - start
+    first = total if first is None else first
+    n = len(out.outputs[0].token_ids)
+    return first, out.outputs[0].text, n, (total - first) / max(n - 1, 1)
 
 
-async def _run(engine: Any, jobs: list[tuple[str, Any]], concurrency: int, tag: str) -> tuple[float, list[tuple[float, str, int]]]:
+async def _run(engine: Any, jobs: list[tuple[str, Any]], concurrency: int, tag: str) -> tuple[float, list[tuple[float, str, int, float]]]:
     """Run `jobs` (prompt, params) with at most `concurrency` in flight; (wall seconds, per-request results)."""
     gate = asyncio.Semaphore(concurrency)
 
-    async def gated(i: int, prompt: str, params: Any) -> tuple[float, str, int]:
+    async def gated(i: int, prompt: str, params: Any) -> tuple[float, str, int, float]:
         async with gate:
             return await _one(engine, prompt, params, f"{tag}-{i}")
 
@@ -105,13 +111,13 @@ async def _bench_engine(engine: Any, backend: str, modes: list[str], args: Any, 
     cold = {mode: {} for mode in modes}
     for mode in modes:
         for k, (name, schema) in enumerate(schemas.items()):     # the first request of each schema
-            ((ttft, _, _),) = (await _run(engine, [("Warm-up: JSON:", _params(mode, schema, 10_000 + k, 8))], 1,
+            ((ttft, _, _, _),) = (await _run(engine, [("Warm-up: JSON:", _params(mode, schema, 10_000 + k, 8))], 1,
                                           f"{backend}-cold-{mode}-{k}"))[1]
             cold[mode][name] = ttft
     rows = []
     for conc in args.concurrency:
-        n = max(args.requests, conc)
-        runs: dict[str, list[tuple[float, list[tuple[float, str, int]]]]] = {mode: [] for mode in modes}
+        n = max(args.requests, 4 * conc)      # the gate refills: the batch stays full, whatever each mode's lengths
+        runs: dict[str, list[tuple[float, list[tuple[float, str, int, float]]]]] = {mode: [] for mode in modes}
         for rep in range(args.reps):
             for mode in modes:
                 jobs = [(p, _params(mode, schemas[SCHEMA_NAMES[i % len(SCHEMA_NAMES)]], i, args.max_tokens))
@@ -122,11 +128,13 @@ async def _bench_engine(engine: Any, backend: str, modes: list[str], args: Any, 
             results = runs[mode][0][1]          # same seeds every repetition: the outputs repeat
             valid = [_valid(schemas[SCHEMA_NAMES[i % len(SCHEMA_NAMES)]], r[1]) for i, r in enumerate(results)]
             warm = statistics.median(r[0] for _, res in runs[mode] for r in res)
+            itl = statistics.median(r[3] for _, res in runs[mode] for r in res)
             row = {"suite": "vllm", "engine": backend, "mode": mode, "concurrency": conc, "requests": n,
                    "reps": args.reps, "max_tokens": args.max_tokens, "tokens": sum(r[2] for r in results),
                    "tokens_per_s": round(statistics.median(rates), 1), "tokens_per_s_all": [round(x, 1) for x in rates],
                    "valid_pct": None if mode == "none" else round(100 * sum(valid) / n, 1),
-                   "ttft_p50_ms": round(1000 * warm, 1),
+                   "cut_off_pct": round(100 * sum(r[2] >= args.max_tokens for r in results) / n, 1),
+                   "ttft_p50_ms": round(1000 * warm, 1), "itl_p50_ms": round(1000 * itl, 2),
                    "cold_start_ms": {k: round(1000 * max(v - warm, 0.0), 1) for k, v in cold[mode].items()}}
             emit(row)
             rows.append(row)
@@ -178,8 +186,9 @@ def run_vllm(args: Any, emit: Callable[[dict], None], say: Callable[[str], None]
 
 def _summary(rows: list[dict], say: Callable[[str], None]) -> None:
     rate = {(r["engine"], r["mode"], r["concurrency"]): r["tokens_per_s"] for r in rows}
-    say("| engine | mode | concurrency | tokens/s | vs none | ours vs this | valid % | TTFT p50 ms | cold start ms (max) |")
-    say("|---|---|---|---|---|---|---|---|---|")
+    say("| engine | mode | concurrency | tokens/s | vs none | ours vs this | valid % | cut off % | TTFT p50 ms | "
+        "ms/token p50 | cold start ms (max) |")
+    say("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         key = (r["engine"], r["concurrency"])
         none = rate.get((key[0], "none", key[1]))
@@ -188,4 +197,5 @@ def _summary(rows: list[dict], say: Callable[[str], None]) -> None:
         vs_this = f"{ours / r['tokens_per_s']:.2f}x" if ours and r["mode"] not in ("none", "ours") else "-"
         valid = "-" if r["valid_pct"] is None else f"{r['valid_pct']:.0f}"
         say(f"| {r['engine']} | {r['mode']} | {r['concurrency']} | {r['tokens_per_s']:.0f} | {vs_none} | {vs_this} | "
-            f"{valid} | {r['ttft_p50_ms']:.0f} | {max(r['cold_start_ms'].values()):.0f} |")
+            f"{valid} | {r['cut_off_pct']:.0f} | {r['ttft_p50_ms']:.0f} | {r['itl_p50_ms']:.1f} | "
+            f"{max(r['cold_start_ms'].values()):.0f} |")
