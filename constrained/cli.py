@@ -130,7 +130,7 @@ def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="constrained", description="Schema- and regex-constrained generation.")
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
-    sub.add_parser("bench", help="benchmark suites: masks, decode, cache (see bench/README.md)")
+    sub.add_parser("bench", help="benchmark suites: masks, decode, cache, serve (see bench/README.md)")
     g = sub.add_parser("generate", help="generate text that matches a JSON schema or a regex")
     g.add_argument("--model", help="model directory (default: a tiny local model with RANDOM weights)")
     g.add_argument("--backend", choices=["mlx", "hf"], default=None, help="default: mlx when installed, else hf")
@@ -177,7 +177,30 @@ def _parser() -> argparse.ArgumentParser:
                    help="budget of automaton states per constraint, built lazily as generation reaches them "
                         "(default: %(default)s); past it the sample ends with status 'error'")
     g.set_defaults(run=_run_generate)
+    _serve_parser(sub)
     return p
+
+
+def _serve_parser(sub: Any) -> None:
+    s = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (needs the `serve` extra)")
+    s.add_argument("--model", help="model directory (default: a tiny local model with RANDOM weights)")
+    s.add_argument("--backend", choices=["mlx", "hf", "vllm"], default=None,
+                   help="default: mlx when installed, else hf (vllm: not available yet)")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    s.add_argument("--port", type=int, default=8000, help="port; 0 picks a free one (default: %(default)s)")
+    s.add_argument("--served-model-name", metavar="NAME",
+                   help="the model id clients give (default: the model directory's name)")
+    s.add_argument("--max-tokens", type=_positive_int, default=256,
+                   help="max_tokens of a request that gives none (default: %(default)s)")
+    s.add_argument("--batch-size", type=_positive_int, default=32,
+                   help="most rows in one model call (default: %(default)s)")
+    s.add_argument("--cache-mb", type=_positive_int, default=1024,
+                   help="memory for the prefix trie's logprobs and KV, in MiB (default: %(default)s)")
+    from constrained.compile import MAX_STATES
+
+    s.add_argument("--max-states", type=_positive_int, default=MAX_STATES, metavar="N",
+                   help="automaton state budget per constraint (default: %(default)s)")
+    s.set_defaults(run=_run_serve)
 
 
 def _positive_int(text: str) -> int:
@@ -188,6 +211,31 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
     return value
+
+
+# ---------------------------------------------------------------------------- serve
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    """Check the extra and the model, load it, then serve until interrupted."""
+    import importlib.util
+
+    missing = [m for m in ("fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise UsageError(f"serve needs {', '.join(missing)}: pip install 'constrained[serve]'")
+    if args.backend == "vllm":
+        raise UsageError("--backend vllm is not available in this version (it comes with issue 18); "
+                         "use --backend mlx or hf")
+    _check_model_dir(args, chat=False)
+    opts = {"batch_size": args.batch_size, "cache_size": args.cache_mb << 20}
+    model, note = _load_model(args, **opts)
+    if note:
+        say(note)
+    name = args.served_model_name or (Path(args.model).name if args.model else f"tiny-random-{TINY_ARCH}")
+    from constrained.serve import serve
+
+    return serve(model, name, host=args.host, port=args.port, default_max_tokens=args.max_tokens,
+                 max_states=args.max_states)
 
 
 # ---------------------------------------------------------------------------- generate
@@ -406,7 +454,8 @@ def _has_chat_template(path: Path) -> bool:
         return False
 
 
-def _load_model(args: argparse.Namespace) -> tuple[Any, str]:
+def _load_model(args: argparse.Namespace, **opts: Any) -> tuple[Any, str]:
+    """The backend for `args.model` (default: the tiny model) and a note to print; `opts` go to the backend."""
     from constrained.errors import BackendUnavailableError
 
     backend = args.backend or _default_backend()
@@ -417,9 +466,15 @@ def _load_model(args: argparse.Namespace) -> tuple[Any, str]:
             path = str(tiny_model_dir(TINY_ARCH, TINY_VOCAB))
             note = (f"note: no --model given, using the tiny local model at {path}. Its weights are RANDOM: "
                     "the output is valid for the constraint, but its content is meaningless.")
-            return _tiny_lm(path, backend), note
+            return _tiny_lm(path, backend, **opts), note
         if not Path(args.model).is_dir():
             raise UsageError(f"--model: no such model directory: {args.model} (nothing is downloaded from a model hub)")
+        if opts:
+            from backends.base import load_model_by_name
+
+            lm = load_model_by_name(args.model, backend, llm_opts=opts)
+            lm.ensure_loaded()
+            return lm, ""
         from constrained.generate import resolve_model
 
         return resolve_model(args.model, backend), ""
@@ -427,16 +482,16 @@ def _load_model(args: argparse.Namespace) -> tuple[Any, str]:
         raise UsageError(str(e)) from None
 
 
-_tiny_lms: dict[tuple[str, str], Any] = {}
+_tiny_lms: dict[tuple[Any, ...], Any] = {}
 
 
-def _tiny_lm(path: str, backend: str) -> Any:
+def _tiny_lm(path: str, backend: str, **opts: Any) -> Any:
     """The tiny model, loading its tokenizer class directly.
 
     Its directory pins ``PreTrainedTokenizerFast``; skipping `AutoTokenizer`'s
     class resolution saves seconds of imports on every cold start.
     """
-    key = (path, backend)
+    key = (path, backend, tuple(sorted(opts.items())))
     if key not in _tiny_lms:
         from backends.base import load_model_by_name  # noqa: F401  (raises BackendUnavailableError early)
 
@@ -453,7 +508,7 @@ def _tiny_lm(path: str, backend: str) -> Any:
 
                 return load_model(Path(path))[0], tokenizer()
 
-            lm: Any = MLXLM(loader=loader)
+            lm: Any = MLXLM(loader=loader, **opts)
         else:
             from backends.hf import HFLM
 
@@ -464,7 +519,7 @@ def _tiny_lm(path: str, backend: str) -> Any:
                 model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, local_files_only=True)
                 return model, tokenizer()
 
-            lm = HFLM(loader=loader)
+            lm = HFLM(loader=loader, **opts)
         lm.ensure_loaded()
         _tiny_lms[key] = lm
     return _tiny_lms[key]
