@@ -434,3 +434,31 @@ def test_slow_or_failing_compile_does_not_hold_up_others(server: _Server) -> Non
     assert isinstance(bad_r, openai.BadRequestError) and "backreference" in bad_r.body["message"]
     assert json.loads(slow_r.choices[0].message.content) in slow["enum"]
     assert max(finished[f"fast{i}"] for i in range(4)) < finished["slow"]
+
+
+# ---------------------------------------------------------------------------- the Hugging Face backend
+
+
+@pytest.mark.slow
+@pytest.mark.hf
+def test_hf_backend_serves_the_same_api() -> None:
+    pytest.importorskip("transformers")
+    srv = _Server("--backend", "hf", "--served-model-name", "tiny-hf")
+    try:
+        hf = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="unused", max_retries=0, timeout=120)
+        assert _health(srv)["backend"] == "hf"
+        r = hf.chat.completions.create(model="tiny-hf", messages=_messages("A person"), seed=1, max_tokens=60,
+                                       n=2, response_format=_schema_format(PERSON))
+        for c in r.choices:
+            assert c.finish_reason == "stop"
+            jsonschema.validate(json.loads(c.message.content), PERSON)
+        chunks = list(hf.chat.completions.create(model="tiny-hf", messages=_messages("Weather?"), seed=2, max_tokens=80,
+                                                 tools=[WEATHER, SEARCH], tool_choice="required", stream=True))
+        (call,) = [tc for ch in chunks for c in ch.choices if c.delta.tool_calls for tc in c.delta.tool_calls]
+        params = {t["function"]["name"]: t["function"]["parameters"] for t in (WEATHER, SEARCH)}
+        jsonschema.validate(json.loads(call.function.arguments), params[call.function.name])
+        text = hf.completions.create(model="tiny-hf", prompt="Phone:", seed=3, max_tokens=20,
+                                     extra_body={"response_format": {"type": "regex", "regex": PHONE}}).choices[0].text
+        assert re.fullmatch(PHONE, text)
+    finally:
+        srv.stop()
