@@ -340,7 +340,9 @@ def serve(lm: AsyncLM, model_id: str, *, host: str = "127.0.0.1", port: int = 80
     _warm_up(lm)
     server = Server(lm, model_id, default_max_tokens=default_max_tokens, max_states=max_states)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto IPPROTO_TCP: asyncio sets TCP_NODELAY only on such sockets (and accepted ones inherit it);
+    # with Nagle on, each streamed chunk waited for the client's delayed ACK, about 40 ms
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(2048)          # from here connections wait in the backlog until uvicorn accepts them
