@@ -89,8 +89,8 @@ class Server:
 
     # ------------------------------------------------------------------ requests
 
-    async def complete(self, req: _Req) -> Any:
-        """Answer one completion request (JSON, or an SSE stream)."""
+    async def complete(self, req: _Req, http: Request | None = None) -> Any:
+        """Answer one completion request (JSON, or an SSE stream); `http` is watched for a disconnect."""
         if req.model != self.model_id:
             raise APIError(404, f"the model {req.model!r} does not exist; this server serves {self.model_id!r}",
                            param="model", code="model_not_found")
@@ -99,7 +99,7 @@ class Server:
         if req.stream:
             return StreamingResponse(self._sse(req, plan), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
-        gens = await plan.results(self.decoder)
+        gens = await _unless_disconnected(plan.results(self.decoder), http)
         self.served += 1
         return JSONResponse(_response(req, plan, gens, self.model_id))
 
@@ -182,12 +182,12 @@ def create_app(server: Server) -> FastAPI:
         return JSONResponse(error.body(), status_code=400)
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(req: ChatCompletionRequest) -> Any:
-        return await server.complete(req)
+    async def chat_completions(req: ChatCompletionRequest, http: Request) -> Any:
+        return await server.complete(req, http)
 
     @app.post("/v1/completions")
-    async def completions(req: CompletionRequest) -> Any:
-        return await server.complete(req)
+    async def completions(req: CompletionRequest, http: Request) -> Any:
+        return await server.complete(req, http)
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -207,6 +207,29 @@ def create_app(server: Server) -> FastAPI:
                 "requests_served": server.served, "stats": dict(server.lm.stats)}
 
     return app
+
+
+async def _unless_disconnected(work: Any, http: Request | None) -> Any:
+    """Await `work`; if the client hangs up first, cancel it (its rows leave the loop) and raise."""
+    task = asyncio.ensure_future(work)
+    if http is None:
+        return await task
+
+    async def hung_up() -> None:
+        # the body was read: the next message the server gets for this request is its disconnect
+        while (await http.receive())["type"] != "http.disconnect":
+            pass
+
+    watch = asyncio.ensure_future(hung_up())
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in (task, watch):
+            if not t.done():
+                t.cancel()
+    if not task.done() or task.cancelled():
+        raise APIError(499, "the client closed the connection", code="client_closed")
+    return task.result()
 
 
 # ---------------------------------------------------------------------------- responses

@@ -462,3 +462,15 @@ def test_hf_backend_serves_the_same_api() -> None:
         assert re.fullmatch(PHONE, text)
     finally:
         srv.stop()
+
+
+def test_disconnect_while_waiting_for_a_whole_response_frees_its_rows(server: _Server) -> None:
+    body = {"model": MODEL, "prompt": "Tell a long story:", "max_tokens": 3000, "seed": 13, "n": 2}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{server.url}/v1/completions", json=body, timeout=httpx.Timeout(10, read=0.5))
+    deadline = time.monotonic() + 3                           # running on, 2 x 3000 tokens would take ~10 s
+    while _health(server)["rows"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _health(server)["rows"] == 0
+    r = httpx.post(f"{server.url}/v1/completions", json={**body, "max_tokens": 5}, timeout=30)
+    assert r.status_code == 200 and len(r.json()["choices"]) == 2      # the server goes on serving
