@@ -87,6 +87,13 @@ class Server:
             self._loop = DecodeLoop(self.lm)
         return self._loop
 
+    def health(self) -> dict[str, Any]:
+        """What `/health` reports: the model, rows decoding now, steps so far, the backend's counters."""
+        loop = self._loop
+        return {"status": "ok", "model": self.model_id, "backend": self.lm.backend_name,
+                "rows": 0 if loop is None else loop.rows, "steps": 0 if loop is None else loop.steps,
+                "requests_served": self.served, "stats": dict(self.lm.stats)}
+
     # ------------------------------------------------------------------ requests
 
     async def complete(self, req: _Req, http: Request | None = None) -> Any:
@@ -95,7 +102,10 @@ class Server:
             raise APIError(404, f"the model {req.model!r} does not exist; this server serves {self.model_id!r}",
                            param="model", code="model_not_found")
         req.refuse_unsupported()
-        plan = await asyncio.to_thread(self.prepare, req)   # compile off the event loop
+        try:
+            plan = await asyncio.to_thread(self.prepare, req)   # compile off the event loop
+        except Exception as e:  # noqa: BLE001 - a chat template failing on these messages, say: OpenAI's shape
+            raise _api_error(e, None) from None
         if req.stream:
             return StreamingResponse(self._sse(req, plan), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
@@ -166,6 +176,10 @@ def create_app(server: Server) -> FastAPI:
     async def api_error(_: Request, e: APIError) -> JSONResponse:
         return JSONResponse(e.body(), status_code=e.status)
 
+    @app.exception_handler(Exception)
+    async def internal_error(_: Request, e: Exception) -> JSONResponse:
+        return JSONResponse(APIError(500, f"{type(e).__name__}: {e}", code="internal_error").body(), status_code=500)
+
     @app.exception_handler(RequestValidationError)
     async def bad_request(_: Request, e: RequestValidationError) -> JSONResponse:
         first = e.errors()[0] if e.errors() else {}
@@ -201,10 +215,7 @@ def create_app(server: Server) -> FastAPI:
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        loop = server._loop
-        return {"status": "ok", "model": server.model_id, "backend": server.lm.backend_name,
-                "rows": 0 if loop is None else loop.rows, "steps": 0 if loop is None else loop.steps,
-                "requests_served": server.served, "stats": dict(server.lm.stats)}
+        return server.health()
 
     return app
 
