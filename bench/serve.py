@@ -77,11 +77,14 @@ class _Process:
         self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.url = url
         deadline = time.monotonic() + timeout
-        while not ready():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"{argv[:4]} did not start: {self.proc.stderr.read()[-2000:]}")
-            time.sleep(0.2)
+        try:
+            while not ready():
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{argv[:4]} did not start: {self.proc.stderr.read()[-2000:]}")
+                time.sleep(0.2)
+        except BaseException:                          # never leave a server behind
+            self.stop()
+            raise
 
     def stop(self) -> None:
         if self.proc.poll() is None:
