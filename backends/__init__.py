@@ -1,8 +1,8 @@
-"""Language-model backends: MLX (mlx-lm), Hugging Face (torch) and a deterministic mock.
+"""Language-model backends: MLX (mlx-lm), Hugging Face (torch), vLLM and a deterministic mock.
 
 Frameworks are imported only by the submodule that needs them, so
-`import backends` works with neither installed; `backends.MLXLM` and
-`backends.HFLM` load their module on first access.
+`import backends` works with none installed; `backends.MLXLM`,
+`backends.HFLM` and `backends.AsyncVirtualLM` load their module on first access.
 
 Example:
     >>> from backends import load_model_by_name          # doctest: +SKIP
@@ -18,7 +18,7 @@ from backends.base import AsyncLM, load_model_by_name, sample_token
 from backends.mock import MockLM
 from backends.model import ModelLM
 
-__all__ = ["AsyncLM", "HFLM", "MLXLM", "MockLM", "ModelLM", "load_model_by_name", "sample_token"]
+__all__ = ["AsyncLM", "AsyncVirtualLM", "HFLM", "MLXLM", "MockLM", "ModelLM", "load_model_by_name", "sample_token"]
 
 
 def __getattr__(name: str) -> Any:
@@ -30,4 +30,8 @@ def __getattr__(name: str) -> Any:
         from backends.hf import HFLM
 
         return HFLM
+    if name == "AsyncVirtualLM":
+        from backends.vllm import AsyncVirtualLM
+
+        return AsyncVirtualLM
     raise AttributeError(f"module 'backends' has no attribute {name!r}")

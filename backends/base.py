@@ -558,8 +558,9 @@ def load_model_by_name(name: str, backend: str = "mlx", llm_opts: dict[str, Any]
 
     Args:
         name: model directory (hub ids only with ``llm_opts={"allow_download": True}``).
-        backend: "mlx", "hf" or "mock".
-        llm_opts: keyword options for the backend (batch_size, timeout, cache_size, ...).
+        backend: "mlx", "hf", "vllm" or "mock".
+        llm_opts: keyword options for the backend (batch_size, timeout, cache_size, ...; for
+            "vllm" also ``engine_opts``, a dict of vLLM engine arguments).
 
     Raises:
         BackendUnavailableError: the backend's framework is not installed.
@@ -573,9 +574,11 @@ def load_model_by_name(name: str, backend: str = "mlx", llm_opts: dict[str, Any]
         from backends.mlx import MLXLM as cls  # raises BackendUnavailableError without mlx
     elif backend == "hf":
         from backends.hf import HFLM as cls  # type: ignore[assignment]
+    elif backend == "vllm":
+        from backends.vllm import AsyncVirtualLM as cls  # type: ignore[assignment]
     elif backend == "mock":
         from backends.mock import MockLM as cls  # type: ignore[assignment]
     else:
-        raise ValueError(f"unknown backend {backend!r}; expected 'mlx', 'hf' or 'mock'")
+        raise ValueError(f"unknown backend {backend!r}; expected 'mlx', 'hf', 'vllm' or 'mock'")
     return cls.from_name(name, **opts)
 

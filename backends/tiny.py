@@ -28,7 +28,7 @@ from typing import Any
 
 from constrained.errors import BackendUnavailableError
 
-__all__ = ["ARCH_VOCABS", "TINY_CONFIG", "tiny_config", "tiny_model_dir", "tiny_model_pair", "default_cache_dir"]
+__all__ = ["ARCH_VOCABS", "TINY_CONFIG", "VLLM_TINY_CONFIG", "tiny_config", "tiny_model_dir", "tiny_model_pair", "default_cache_dir"]
 
 # Bump when the directory layout or the weights recipe changes: old caches are then ignored.
 _RECIPE_VERSION = 3
@@ -56,6 +56,10 @@ TINY_CONFIG: dict[str, Any] = {
     "initializer_range": 0.25,
     "tie_word_embeddings": True,  # halves the files for 150k-token vocabularies
 }
+
+# Overrides of TINY_CONFIG for vLLM, whose CPU attention kernel needs head_dim >= 32:
+# hidden 128 over 4 heads (tiny_model_dir(..., config=VLLM_TINY_CONFIG)).
+VLLM_TINY_CONFIG: dict[str, Any] = {"hidden_size": 128, "intermediate_size": 256}
 
 # A fixed corpus for the built-in "byte-bpe" vocabulary (JSON-ish, code-ish, prose).
 _BYTE_BPE_CORPUS = [

@@ -217,7 +217,7 @@ def generate(
         prompt: text or token ids.
         schema, regex: the constraint (at most one; neither = unconstrained).
         max_tokens, temperature, top_p, seed, n, chat, budget_aware, stop: see `GenerationRequest`.
-        backend: "mlx" or "hf", when `model` is a path.
+        backend: "mlx", "hf" or "vllm", when `model` is a path.
         **compile_options: passed to the schema / regex compiler.
 
     Returns:
@@ -265,7 +265,7 @@ async def agenerate(
     job = _prepare(lm, request)
     if job.exception is not None:
         raise job.exception
-    await decode(lm, job.rows, on_token=job.on_token if job.texts else None)
+    await _decode(lm, [job], on_token=job.on_token if job.texts else None)
     return job.results()
 
 
@@ -285,7 +285,7 @@ def generate_batch(
     Args:
         model: an `AsyncLM` or a model directory (see `generate`).
         requests: the requests.
-        backend: "mlx" or "hf", when `model` is a path.
+        backend: "mlx", "hf" or "vllm", when `model` is a path.
         progress: show a tqdm progress bar (on stderr) over all samples.
         on_result: called as ``on_result(i, generations)`` as soon as every
             sample of ``requests[i]`` is done (in completion order), so that a
@@ -334,7 +334,7 @@ async def agenerate_batch(
         jobs[owner[id(row)]].on_token(row)
 
     try:
-        await decode(lm, rows, on_done=done, on_token=on_token)
+        await _decode(lm, jobs, on_done=done, on_token=on_token)
     finally:
         if bar is not None:
             bar.close()
@@ -474,6 +474,55 @@ def _prepare(lm: AsyncLM, request: GenerationRequest) -> _Job:
     if request.stop_sequences():
         job.watch()
     return job
+
+
+async def _decode(lm: AsyncLM, jobs: Sequence[_Job], on_done: Callable[[Row], None] | None = None,
+                  on_token: Callable[[Row], Any] | None = None) -> None:
+    """Run every job's rows: our decode loop, or, on a backend that decodes in its engine (vLLM), one engine
+    request per row, masked there by the same constraint. `on_token` (stop sequences) sees an engine row's
+    tokens once, when it ends: its text is cut at the first stop, and the row is then complete."""
+    rows = [row for job in jobs for row in job.rows]
+    run_in_engine = getattr(lm, "generate_in_engine", None)
+    if run_in_engine is None:
+        await decode(lm, rows, on_done=on_done, on_token=on_token)
+        return
+    constraints = [_engine_constraint(job.request) for job in jobs for _ in job.rows]
+    seeds = [engine_seed(job.request.seed, j) for job in jobs for j in range(len(job.rows))]
+
+    def ended(row: Row) -> None:
+        if on_token is not None and row.status != "error":
+            status, row.status = row.status, None
+            on_token(row)
+            row.status = row.status or status
+        if on_done is not None:
+            on_done(row)
+
+    await run_in_engine(rows, constraints, seeds, ended)
+
+
+def engine_seed(seed: int | None, row: int) -> int | None:
+    """The engine seed of sample `row` of a request seeded `seed` (None: unseeded).
+
+    Example:
+        >>> engine_seed(0, 1) == engine_seed(0, 1) != engine_seed(0, 2)
+        True
+    """
+    if seed is None:
+        return None
+    return int(np.random.SeedSequence([int(seed), int(row)]).generate_state(1)[0] & 0x7FFFFFFF)
+
+
+def _engine_constraint(request: GenerationRequest) -> dict[str, Any] | None:
+    """The request's constraint as an engine-side processor reads it (JSON values only: it crosses processes)."""
+    from constrained.compile import _as_schema_dict
+
+    if request.regex is not None:
+        source: dict[str, Any] = {"regex": request.regex}
+    elif request.schema is not None:
+        source = {"json_schema": _as_schema_dict(request.schema)}
+    else:
+        return None
+    return {**source, **request.options, "budget_aware": request.budget_aware}
 
 
 def _budget(request: GenerationRequest, fsm: TokenFSM | None) -> Completions | None:
