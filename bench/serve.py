@@ -35,6 +35,7 @@ import json
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import zlib
 from pathlib import Path
@@ -74,13 +75,16 @@ def run_serve(args: Any, emit: Callable[[dict], None], say: Callable[[str], None
 
 class _Process:
     def __init__(self, argv: list[str], url: str, ready: Callable[[], bool], timeout: float = 300) -> None:
-        self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        # stderr goes to a file, not a pipe nobody reads (a full pipe would stall a chatty server)
+        self.log = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=self.log, text=True)
         self.url = url
         deadline = time.monotonic() + timeout
         try:
             while not ready():
                 if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"{argv[:4]} did not start: {self.proc.stderr.read()[-2000:]}")
+                    self.log.seek(0)
+                    raise RuntimeError(f"{argv[:4]} did not start: {self.log.read()[-2000:]}")
                 time.sleep(0.2)
         except BaseException:                          # never leave a server behind
             self.stop()
