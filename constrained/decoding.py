@@ -248,7 +248,11 @@ class DecodeLoop:
             for row in self._active + self._joining:
                 if row.status is None:
                     row.fail("cancelled: the decode loop stopped")
-                self._live(row)
+                # A stopped loop (Ctrl-C, shutdown) finished none of these rows: their callers are
+                # cancelled, not told the rows ended (a batch run keeps only rows that did end).
+                group = self._groups.pop(row, None)
+                if group is not None and not group.done.done():
+                    group.done.cancel()
             self._active, self._joining, self._driver = [], [], None
 
     def _advance(self, row: Row, lp: Any) -> None:
