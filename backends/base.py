@@ -382,16 +382,22 @@ class AsyncLM:
         """Order the work: shared uncached prefixes first, then what extends them.
 
         A shared prefix is the longest common prefix of two prompts adjacent in
-        sorted order (every branching point of the prompts' trie is one). It
-        becomes a target when at least 2 of its tokens are not yet cached. A
-        target runs one round after the longest target that prefixes it.
+        sorted order (every branching point of the prompts' trie is one), or
+        the part of a prompt that an earlier prompt's path in the trie already
+        spells (a system prompt sent again with a new question: the earlier KV
+        segment runs past the branching point, so it cannot be reused as it
+        is). It becomes a target when at least 2 of its tokens are not yet
+        cached; it then gets a KV node of its own, and every later prompt
+        that starts with it reuses that. A target runs one round after the
+        longest target that prefixes it.
         """
-        if not self.prefix_caching or len(misses) < 2:
+        if not self.prefix_caching or not misses:
             return [misses] if misses else []
         targets = set(misses)
         ordered, checked = sorted(misses), set()
-        for a, b in zip(ordered, ordered[1:]):
-            d = _lcp(a, b)
+        shared = [(b, _lcp(a, b)) for a, b in zip(ordered, ordered[1:])]
+        shared += [(p, self._branch_depth(p)) for p in misses]
+        for b, d in shared:
             if d >= 2 and d < len(b) and b[:d] not in checked:  # many rows share one prefix: look it up once
                 checked.add(b[:d])
                 chain = self.trie.longest_kv(b[:d])
@@ -406,6 +412,18 @@ class AsyncLM:
         for t, lv in level.items():
             rounds[lv].append(t)
         return rounds
+
+    def _branch_depth(self, p: Prompt) -> int:
+        """Where `p` leaves the paths already in the trie; 0 when its cached KV reaches that far anyway.
+
+        A decoding row's prompt is its previous step plus a token or a few
+        forced ones, whose KV was stored last step: that costs one trie walk.
+        """
+        chain = self.trie.longest_kv(p, max_depth=len(p) - 1)
+        cached = chain[-1].end if chain else 0
+        if cached >= len(p) - 2:
+            return 0
+        return self.trie.shared_depth(p, max_depth=len(p) - 1)
 
     def _run_jobs(self, prompts: list[Prompt]) -> dict[Prompt, np.ndarray]:
         jobs = [self._make_job(p) for p in prompts]

@@ -6,6 +6,8 @@ Suites:
   corpus, ours against llguidance, xgrammar and outlines-core when installed;
 - ``decode``: end-to-end tokens/s, constrained vs unconstrained, MLX and HF;
 - ``cache``: the prefix trie's reuse (wraps `bench/bench_cache.py`);
+- ``serve``: `constrained serve` under concurrent load, constrained vs
+  unconstrained, and mlx_lm.server (see `bench/serve.py`);
 - ``vllm``: tokens/s, validity and TTFT through vLLM, our processor vs its xgrammar / guidance backends;
 - ``corpus``: rebuild / check the corpus in `bench/corpus/`.
 
@@ -106,17 +108,28 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--jsonl")
     c.set_defaults(run=_run_cache)
 
-    v = sub.add_parser("vllm", help="tokens/s, validity, TTFT: our processor vs vLLM's xgrammar / guidance")
-    v.add_argument("--model", help="local model directory (default: the tiny random llama for vLLM)")
-    v.add_argument("--modes", nargs="+", default=["none", "ours", "xgrammar", "guidance"],
-                   choices=["none", "ours", "xgrammar", "guidance"])
+    v = sub.add_parser("serve", help="constrained serve: req/s, tok/s, TTFT at concurrency 1/8/32 (bench/serve.py)")
+    v.add_argument("--model", help="local model directory (default: the tiny random llama, llama-spm vocab)")
+    v.add_argument("--backend", choices=["mlx", "hf"], default="mlx")
     v.add_argument("--concurrency", nargs="+", type=int, default=[1, 8, 32])
-    v.add_argument("--requests", type=int, default=8, help="requests per run (at least the concurrency)")
-    v.add_argument("--reps", type=int, default=2, help="runs per (mode, concurrency); tokens/s is their median")
-    v.add_argument("--max-tokens", type=int, default=256)
-    v.add_argument("--max-model-len", type=int, default=1024)
+    v.add_argument("--max-tokens", type=int, default=48)
+    v.add_argument("--requests-per-client", type=int, default=2, help="requests per concurrent client")
+    v.add_argument("--min-requests", type=int, default=6, help="at least this many requests per case")
+    v.add_argument("--no-peers", dest="peers", action="store_false", help="skip mlx_lm.server")
     v.add_argument("--jsonl")
-    v.set_defaults(run=_run_vllm)
+    v.set_defaults(run=_run_serve)
+
+    w = sub.add_parser("vllm", help="tokens/s, validity, TTFT: our processor vs vLLM's xgrammar / guidance")
+    w.add_argument("--model", help="local model directory (default: the tiny random llama for vLLM)")
+    w.add_argument("--modes", nargs="+", default=["none", "ours", "xgrammar", "guidance"],
+                   choices=["none", "ours", "xgrammar", "guidance"])
+    w.add_argument("--concurrency", nargs="+", type=int, default=[1, 8, 32])
+    w.add_argument("--requests", type=int, default=8, help="requests per run (at least the concurrency)")
+    w.add_argument("--reps", type=int, default=2, help="runs per (mode, concurrency); tokens/s is their median")
+    w.add_argument("--max-tokens", type=int, default=256)
+    w.add_argument("--max-model-len", type=int, default=1024)
+    w.add_argument("--jsonl")
+    w.set_defaults(run=_run_vllm)
 
     k = sub.add_parser("corpus", help="rebuild (--build) or check the default corpus")
     k.add_argument("--build", action="store_true", help="rewrite bench/corpus from tests/schema_corpus.py + api_shapes")
@@ -222,6 +235,12 @@ def _run_cache(args: argparse.Namespace, emit: Callable[[dict], None], say: Call
     from bench.cache import run_cache
 
     return run_cache(args, emit, say)
+
+
+def _run_serve(args: argparse.Namespace, emit: Callable[[dict], None], say: Callable[[str], None]) -> int:
+    from bench.serve import run_serve
+
+    return run_serve(args, emit, say)
 
 
 def _run_corpus(args: argparse.Namespace, emit: Callable[[dict], None], say: Callable[[str], None]) -> int:

@@ -24,6 +24,7 @@ from constrained.generate import (
     generate_batch,
 )
 from constrained.guide import Guide
+from constrained.streaming import astream, stream
 from constrained.processors import hf_logits_processor, mlx_processor
 from constrained.token_fsm import TokenFSM
 from constrained.token_trie import TokenTrie
@@ -44,6 +45,8 @@ __all__ = [
     "agenerate",
     "generate_batch",
     "agenerate_batch",
+    "stream",
+    "astream",
     "Generation",
     "GenerationRequest",
     "BackendUnavailableError",

@@ -121,14 +121,17 @@ class Completions:
             return known[state]
         # searching creates DFA states: a quarter of the constraint's state budget left, at most
         dfa = self.fsm.dfa
-        room = (getattr(dfa, "max_states", MAX_SEARCH * 8) - dfa.num_states) // 4
-        try:
-            found = self._breadth_first(state, min(BREADTH, room))
-            exact = found is not None
-            if found is None:
-                found = self._depth_first(state, min(MAX_SEARCH, room))
-        except StateBudgetError:               # the budget is the constraint's own: it ends the row, not this
-            found = None
+        # the DFA's lazy tables are not thread-safe: a server compiles (and plans) on threads
+        # while its event loop steps other rows of the same cached FSM
+        with self.fsm._lock:
+            room = (getattr(dfa, "max_states", MAX_SEARCH * 8) - dfa.num_states) // 4
+            try:
+                found = self._breadth_first(state, min(BREADTH, room))
+                exact = found is not None
+                if found is None:
+                    found = self._depth_first(state, min(MAX_SEARCH, room))
+            except StateBudgetError:           # the budget is the constraint's own: it ends the row, not this
+                found = None
         if found is None:
             known[state] = None
             return None

@@ -130,7 +130,7 @@ def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="constrained", description="Schema- and regex-constrained generation.")
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
-    sub.add_parser("bench", help="benchmark suites: masks, decode, cache (see bench/README.md)")
+    sub.add_parser("bench", help="benchmark suites: masks, decode, cache, serve (see bench/README.md)")
     g = sub.add_parser("generate", help="generate text that matches a JSON schema or a regex")
     g.add_argument("--model", help="model directory (default: a tiny local model with RANDOM weights)")
     g.add_argument("--backend", choices=["mlx", "hf"], default=None, help="default: mlx when installed, else hf")
@@ -177,6 +177,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="budget of automaton states per constraint, built lazily as generation reaches them "
                         "(default: %(default)s); past it the sample ends with status 'error'")
     g.set_defaults(run=_run_generate)
+    from constrained.cli_serve import add_serve_parser
+
+    add_serve_parser(sub)
     return p
 
 
@@ -406,7 +409,8 @@ def _has_chat_template(path: Path) -> bool:
         return False
 
 
-def _load_model(args: argparse.Namespace) -> tuple[Any, str]:
+def _load_model(args: argparse.Namespace, **opts: Any) -> tuple[Any, str]:
+    """The backend for `args.model` (default: the tiny model) and a note to print; `opts` go to the backend."""
     from constrained.errors import BackendUnavailableError
 
     backend = args.backend or _default_backend()
@@ -417,9 +421,15 @@ def _load_model(args: argparse.Namespace) -> tuple[Any, str]:
             path = str(tiny_model_dir(TINY_ARCH, TINY_VOCAB))
             note = (f"note: no --model given, using the tiny local model at {path}. Its weights are RANDOM: "
                     "the output is valid for the constraint, but its content is meaningless.")
-            return _tiny_lm(path, backend), note
+            return _tiny_lm(path, backend, **opts), note
         if not Path(args.model).is_dir():
             raise UsageError(f"--model: no such model directory: {args.model} (nothing is downloaded from a model hub)")
+        if opts:
+            from backends.base import load_model_by_name
+
+            lm = load_model_by_name(args.model, backend, llm_opts=opts)
+            lm.ensure_loaded()
+            return lm, ""
         from constrained.generate import resolve_model
 
         return resolve_model(args.model, backend), ""
@@ -427,16 +437,16 @@ def _load_model(args: argparse.Namespace) -> tuple[Any, str]:
         raise UsageError(str(e)) from None
 
 
-_tiny_lms: dict[tuple[str, str], Any] = {}
+_tiny_lms: dict[tuple[Any, ...], Any] = {}
 
 
-def _tiny_lm(path: str, backend: str) -> Any:
+def _tiny_lm(path: str, backend: str, **opts: Any) -> Any:
     """The tiny model, loading its tokenizer class directly.
 
     Its directory pins ``PreTrainedTokenizerFast``; skipping `AutoTokenizer`'s
     class resolution saves seconds of imports on every cold start.
     """
-    key = (path, backend)
+    key = (path, backend, tuple(sorted(opts.items())))
     if key not in _tiny_lms:
         from backends.base import load_model_by_name  # noqa: F401  (raises BackendUnavailableError early)
 
@@ -453,7 +463,7 @@ def _tiny_lm(path: str, backend: str) -> Any:
 
                 return load_model(Path(path))[0], tokenizer()
 
-            lm: Any = MLXLM(loader=loader)
+            lm: Any = MLXLM(loader=loader, **opts)
         else:
             from backends.hf import HFLM
 
@@ -464,7 +474,7 @@ def _tiny_lm(path: str, backend: str) -> Any:
                 model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, local_files_only=True)
                 return model, tokenizer()
 
-            lm = HFLM(loader=loader)
+            lm = HFLM(loader=loader, **opts)
         lm.ensure_loaded()
         _tiny_lms[key] = lm
     return _tiny_lms[key]

@@ -35,6 +35,7 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
     from constrained.budget import Completions
     from constrained.guide import Guide
 
-__all__ = ["Row", "decode"]
+__all__ = ["DecodeLoop", "Row", "decode"]
 
 
 @dataclass(eq=False)
@@ -140,35 +141,152 @@ class Row:
         self.status, self.error = "error", message
 
 
-async def decode(lm: AsyncLM, rows: Sequence[Row], on_done: Callable[[Row], None] | None = None) -> None:
+async def decode(
+    lm: AsyncLM,
+    rows: Sequence[Row],
+    on_done: Callable[[Row], None] | None = None,
+    on_token: Callable[[Row], None] | None = None,
+) -> None:
     """Run every row to completion, one batched backend call per step.
 
     Args:
         lm: the backend.
         rows: rows to run; those already finished are skipped.
         on_done: called once per row as it finishes (progress bars).
+        on_token: called after a row appended tokens (sampled or forced), to stream them.
     """
-    active = []
-    for row in rows:
-        if row.status is None:
-            _guarded(row, row.start)
-        if row.status is None:
-            active.append(row)
-        elif on_done is not None:
-            on_done(row)
-    while active:
-        results = await _logprobs(lm, [row.sequence() for row in active])
-        still = []
-        for row, lp in zip(active, results):
-            if isinstance(lp, BaseException):
-                row.fail(f"backend error: {type(lp).__name__}: {lp}")
-            else:
-                _guarded(row, row.step, lp)
+    await DecodeLoop(lm).run(rows, on_done=on_done, on_token=on_token)
+
+
+@dataclass(eq=False)
+class _Group:
+    """The rows of one `DecodeLoop.run` call, with its callbacks and the future it awaits."""
+
+    done: asyncio.Future[None]
+    left: int
+    on_done: Callable[[Row], None] | None
+    on_token: Callable[[Row], None] | None
+
+
+class DecodeLoop:
+    """The decode loop, open to rows that join while it runs (continuous batching).
+
+    Each step sends the sequence of every live row, whoever added it, to the
+    backend in ONE call. Rows added by `run` join at the next step and leave
+    as they finish, so concurrent callers (a server's requests) share model
+    calls and the backend's prefix trie. `decode` runs a private loop; a
+    server keeps one per model. A loop belongs to the event loop it first ran on.
+
+    Cancelling a `run` call cancels its rows (status "error", "cancelled"):
+    they leave at the next step boundary, and the other rows go on untouched.
+
+    Example:
+        >>> loop = DecodeLoop(lm)  # doctest: +SKIP
+        >>> await asyncio.gather(loop.run(rows_a), loop.run(rows_b))  # doctest: +SKIP
+    """
+
+    def __init__(self, lm: AsyncLM) -> None:
+        self.lm = lm
+        self.steps = 0                          # backend calls made so far
+        self._active: list[Row] = []            # rows in the current step
+        self._joining: list[Row] = []           # rows waiting for the next step
+        self._groups: dict[Row, _Group] = {}
+        self._driver: asyncio.Task[None] | None = None
+
+    @property
+    def rows(self) -> int:
+        """Rows now decoding or waiting to join."""
+        return len(self._active) + len(self._joining)
+
+    async def run(
+        self,
+        rows: Sequence[Row],
+        on_done: Callable[[Row], None] | None = None,
+        on_token: Callable[[Row], None] | None = None,
+    ) -> None:
+        """Decode `rows` to completion inside this loop (see `decode` for the callbacks)."""
+        group = _Group(asyncio.get_running_loop().create_future(), 0, on_done, on_token)
+        for row in rows:
             if row.status is None:
-                still.append(row)
+                _guarded(row, row.start)
+                if row.tokens and on_token is not None:   # the forced prefix
+                    _guarded(row, on_token, row)
+            if row.status is None:
+                group.left += 1
+                self._groups[row] = group
+                self._joining.append(row)
             elif on_done is not None:
                 on_done(row)
-        active = still
+        if not group.left:
+            return
+        if self._driver is None:
+            self._driver = asyncio.ensure_future(self._drive())
+        try:
+            await group.done
+        except asyncio.CancelledError:          # the caller went away: its rows leave at the next step
+            for row in rows:
+                if self._groups.get(row) is group and row.status is None:
+                    row.fail("cancelled")
+            raise
+
+    async def _drive(self) -> None:
+        """Step every live row until none is left (runs as one task while there is work)."""
+        try:
+            while True:
+                self._active = [r for r in self._active + self._joining if self._live(r)]
+                self._joining = []
+                if not self._active:
+                    break
+                batch = self._active
+                results = await _logprobs(self.lm, [row.sequence() for row in batch])
+                self.steps += 1
+                for row, lp in zip(batch, results):
+                    if row.status is None:          # not cancelled while the step ran
+                        self._advance(row, lp)
+                    self._live(row)
+        finally:                                    # also when the task itself is cancelled
+            for row in self._active + self._joining:
+                if row.status is None:
+                    row.fail("cancelled: the decode loop stopped")
+                # A stopped loop (Ctrl-C, shutdown) finished none of these rows: their callers are
+                # cancelled, not told the rows ended (a batch run keeps only rows that did end).
+                group = self._groups.pop(row, None)
+                if group is not None and not group.done.done():
+                    group.done.cancel()
+            self._active, self._joining, self._driver = [], [], None
+
+    def _advance(self, row: Row, lp: Any) -> None:
+        before = len(row.tokens)
+        if isinstance(lp, BaseException):
+            row.fail(f"backend error: {type(lp).__name__}: {lp}")
+        else:
+            _guarded(row, row.step, lp)
+        on_token = self._groups[row].on_token
+        if on_token is not None and len(row.tokens) > before:
+            _guarded(row, on_token, row)
+
+    def _live(self, row: Row) -> bool:
+        """True while `row` runs; once it has finished, report it to its group (once) and drop it."""
+        if row.status is None:
+            return True
+        group = self._groups.pop(row, None)
+        if group is None:
+            return False
+        group.left -= 1
+        if group.done.done():                       # cancelled, or its callback failed
+            return False
+        try:
+            if group.on_done is not None:
+                group.on_done(row)
+        except Exception as e:                      # the caller's own code: it gets the exception, as
+            group.done.set_exception(e)             # from a plain loop, and its other rows stop
+            for other, g in self._groups.items():
+                if g is group and other.status is None:
+                    other.fail("cancelled: a callback of its request failed")
+            return False
+        if not group.left:
+            group.done.set_result(None)
+        return False
 
 
 def _guarded(row: Row, work: Callable[..., None], *args: Any) -> None:

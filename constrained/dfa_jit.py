@@ -54,18 +54,22 @@ def load_kernels() -> Any:
                     _kernels = SimpleNamespace(**{name: getattr(module, name) for module in (dfa_kernels, walk_kernels)
                                                   for name in module.__all__})
                     _kernels.compute_need = need_kernel.compute_need_native
+                    _kernels.byte_classes = need_kernel.byte_classes_native
+                    _kernels.forward = need_kernel.forward_native
                 except ImportError:
                     pass
             _loaded = True                              # before the warm-up, which builds a JitDFA
             if _kernels is not None:
                 try:
                     NFA.need_kernel = staticmethod(_kernels.compute_need)
+                    NFA.need_columns_kernel = staticmethod(need_kernel.need_from_columns)
+                    NFA.csr_kernel = staticmethod(need_kernel.csr_from_columns)
                     _warm_up()
                 except Exception as e:  # noqa: BLE001 - a kernel that fails to build must not break compiling
                     warnings.warn(f"constrained: compiled DFA kernels unavailable ({type(e).__name__}: {e}); "
                                   "using the Python DFA", RuntimeWarning, stacklevel=2)
                     _kernels = None
-                    NFA.need_kernel = None
+                    NFA.need_kernel = NFA.need_columns_kernel = NFA.csr_kernel = None
     return _kernels
 
 
@@ -118,16 +122,28 @@ class JitDFA(LazyDFA):
 
     # -- arrays ---------------------------------------------------------------
 
+    def _init_classes(self, masks: set[int]) -> None:
+        """`LazyDFA._init_classes` in one kernel, which also gives the mask x class table."""
+        ordered = self.nfa.arrays.masks            # `masks`, ascending: the NFA's mask ids
+        raw = np.frombuffer(b"".join(m.to_bytes(32, "little") for m in ordered), np.uint8).reshape(len(ordered), 32)
+        classes, rep, self._mask_cls = self._k.byte_classes(raw)
+        classes.flags.writeable = False
+        self.byte_class = classes
+        self.num_classes = len(rep)
+        self._bc = classes.tolist()
+        self._class_rep = rep.tolist()
+        self._mask_classes = {}
+
     def _nfa_arrays(self, nfa: NFA) -> tuple:
         a = nfa.arrays
-        masks = a.masks
-        mask_cls = np.zeros((max(len(masks), 1), self.num_classes), dtype=np.uint8)
-        if masks:
-            raw = np.frombuffer(b"".join(m.to_bytes(32, "little") for m in masks), np.uint8)
-            bits = np.unpackbits(raw.reshape(len(masks), 32), axis=1, bitorder="little")
-            mask_cls[:] = bits[:, self._class_rep]       # a class is in a mask iff its bytes are
+        mask_cls = self._mask_cls                      # a class is in a mask iff its bytes are
+        del self._mask_cls
         # return states are canonicalized as in LazyDFA (see `NFA.forward`); loop exits are kept
-        call_ret = np.where(a.call_op <= FREE, nfa.forward_many(a.call_dst), a.call_dst) if len(a.call_dst) else a.call_dst
+        call_ret = a.call_dst
+        if len(call_ret):
+            is_end = np.asarray(nfa.is_end, dtype=np.bool_)
+            fwd = self._k.forward(a.call_dst, a.eps_ptr, a.eps_dst, a.edge_ptr, a.call_ptr, is_end)
+            call_ret = np.where(a.call_op <= FREE, fwd, a.call_dst)
         params = np.array([self._n, self.max_depth, self.max_states, self.num_classes], dtype=np.int64)
         arrays = (
             np.array(nfa.need, dtype=np.int64), a.eps_ptr, a.eps_dst, a.call_ptr, a.call_to,

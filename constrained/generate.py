@@ -36,6 +36,7 @@ from constrained.decoding import Row, decode
 if TYPE_CHECKING:
     from backends.base import AsyncLM
     from constrained.budget import Completions
+    from constrained.text_stream import TextStream
     from constrained.token_fsm import TokenFSM
     from constrained.vocab import Vocabulary
 
@@ -71,10 +72,15 @@ class Generation:
         forced_tokens: how many of `token_ids` were appended without sampling.
         steered: how many sampled tokens the budget restricted so that the
             sample ends complete within `max_tokens` (see `budget_aware`).
+        prompt_tokens: how many tokens the prompt took.
+        stop_sequence: the stop sequence that ended the text (cut just before
+            it), or None.
 
     Example:
         >>> Generation(text="7", token_ids=[22], value=7).to_dict()["value"]
         7
+        >>> Generation(text="7", token_ids=[22], prompt_tokens=5).usage
+        {'prompt_tokens': 5, 'completion_tokens': 1, 'total_tokens': 6}
     """
 
     text: str
@@ -85,11 +91,20 @@ class Generation:
     compile_ms: float = 0.0
     forced_tokens: int = 0
     steered: int = 0
+    prompt_tokens: int = 0
+    stop_sequence: str | None = None
 
     @property
     def ok(self) -> bool:
         """True when the output is complete and valid."""
         return self.status == "complete"
+
+    @property
+    def usage(self) -> dict[str, int]:
+        """Token counts as OpenAI reports them (every generated token counts, EOS not)."""
+        completion = len(self.token_ids)
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": completion,
+                "total_tokens": self.prompt_tokens + completion}
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serializable dict (pydantic values dumped in JSON mode)."""
@@ -121,6 +136,10 @@ class GenerationRequest:
             output within it, so constrained samples end "complete" rather
             than cut off (`Generation.steered` counts the steered tokens); a
             `max_tokens` below the constraint's shortest output is refused.
+        stop: strings that end unconstrained text: the sample ends "complete"
+            when one appears, its text cut just before it. Not with a schema or
+            regex, whose output ends where the document does (a cut document
+            would be invalid).
 
     Example:
         >>> GenerationRequest("Digits:", regex="[0-9]+", n=2).n
@@ -138,6 +157,7 @@ class GenerationRequest:
     chat: bool = False
     options: dict[str, Any] = field(default_factory=dict)
     budget_aware: bool = True
+    stop: str | Sequence[str] = ()
 
     def check(self) -> None:
         """Raise ValueError (quoting the bad value) for settings out of range."""
@@ -157,6 +177,16 @@ class GenerationRequest:
             raise ValueError("give either `schema` or `regex`, not both")
         if not isinstance(self.budget_aware, bool):
             raise ValueError(f"`budget_aware` must be True or False, got {self.budget_aware!r}")
+        stops = self.stop_sequences()
+        if any(not isinstance(x, str) or not x for x in stops):
+            raise ValueError(f"`stop` must be a non-empty string or a list of them, got {self.stop!r}")
+        if stops and (self.schema is not None or self.regex is not None):
+            raise ValueError("`stop` applies to unconstrained text only: a schema's or regex's output ends where "
+                             "its document does, and a cut document would be invalid")
+
+    def stop_sequences(self) -> tuple[str, ...]:
+        """`stop` as a tuple (a single string is one stop sequence)."""
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
 
 
 # ---------------------------------------------------------------------------- public API
@@ -175,6 +205,7 @@ def generate(
     n: int = 1,
     chat: bool = False,
     budget_aware: bool = True,
+    stop: str | Sequence[str] = (),
     backend: str = "mlx",
     **compile_options: Any,
 ) -> list[Generation]:
@@ -185,7 +216,7 @@ def generate(
             cached) with `backends.base.load_model_by_name(model, backend)`.
         prompt: text or token ids.
         schema, regex: the constraint (at most one; neither = unconstrained).
-        max_tokens, temperature, top_p, seed, n, chat, budget_aware: see `GenerationRequest`.
+        max_tokens, temperature, top_p, seed, n, chat, budget_aware, stop: see `GenerationRequest`.
         backend: "mlx", "hf" or "vllm", when `model` is a path.
         **compile_options: passed to the schema / regex compiler.
 
@@ -201,8 +232,8 @@ def generate(
         ['no', 'yes']
     """
     coro = agenerate(model, prompt, schema=schema, regex=regex, max_tokens=max_tokens, temperature=temperature,
-                     top_p=top_p, seed=seed, n=n, chat=chat, budget_aware=budget_aware, backend=backend,
-                     **compile_options)
+                     top_p=top_p, seed=seed, n=n, chat=chat, budget_aware=budget_aware, stop=stop,
+                     backend=backend, **compile_options)
     return _run_sync(coro)
 
 
@@ -219,6 +250,7 @@ async def agenerate(
     n: int = 1,
     chat: bool = False,
     budget_aware: bool = True,
+    stop: str | Sequence[str] = (),
     backend: str = "mlx",
     **compile_options: Any,
 ) -> list[Generation]:
@@ -229,11 +261,11 @@ async def agenerate(
     """
     lm = await asyncio.to_thread(resolve_model, model, backend)
     request = GenerationRequest(prompt, schema, regex, max_tokens, temperature, top_p, seed, n, chat, compile_options,
-                                budget_aware)
+                                budget_aware, stop)
     job = _prepare(lm, request)
     if job.exception is not None:
         raise job.exception
-    await _decode(lm, [job])
+    await _decode(lm, [job], on_token=job.on_token if job.texts else None)
     return job.results()
 
 
@@ -298,8 +330,11 @@ async def agenerate_batch(
         if not left[i] and on_result is not None:
             on_result(i, jobs[i].results())
 
+    def on_token(row: Row) -> None:
+        jobs[owner[id(row)]].on_token(row)
+
     try:
-        await _decode(lm, jobs, on_done=done)
+        await _decode(lm, jobs, on_done=done, on_token=on_token)
     finally:
         if bar is not None:
             bar.close()
@@ -359,24 +394,54 @@ def model_vocabulary(lm: AsyncLM) -> Vocabulary:
 
 @dataclass
 class _Job:
-    """A request after compilation: its rows, or the exception that stopped it."""
+    """A request after compilation: its rows, or the exception that stopped it.
+
+    `texts` holds each row's `TextStream` when its text is watched as it
+    grows (stop sequences, streaming; see `watch`); otherwise the text is
+    decoded once at the end.
+    """
 
     request: GenerationRequest
     vocab: Vocabulary | None
     rows: list[Row]
     compile_ms: float = 0.0
     exception: Exception | None = None
+    prompt_tokens: int = 0
+    texts: dict[Row, TextStream] = field(default_factory=dict)
+
+    def watch(self) -> None:
+        """Follow every row's text as tokens arrive (`on_token`), so deltas and stop sequences can be seen."""
+        from constrained.text_stream import TextStream
+
+        for row in self.rows:
+            self.texts.setdefault(row, TextStream(self.vocab, self.request.stop_sequences()))
+
+    def on_token(self, row: Row) -> str:
+        """After `row` appended tokens: its newly released text; ends the row at a stop sequence."""
+        stream = self.texts.get(row)
+        if stream is None:
+            return ""
+        delta = stream.feed(row.tokens)
+        if stream.stopped is not None and row.status is None:
+            row.status = "complete"
+        return delta
 
     def results(self) -> list[Generation]:
         if self.exception is not None:
             msg = f"{type(self.exception).__name__}: {self.exception}"
             return [Generation("", [], status="error", error=msg) for _ in range(self.request.n)]
-        return [self._result(row) for row in self.rows]
+        return [self.result(row) for row in self.rows]
 
-    def _result(self, row: Row) -> Generation:
-        text = self.vocab.decode(row.tokens).decode("utf-8", errors="replace") if self.vocab else ""
+    def result(self, row: Row) -> Generation:
+        """The `Generation` of a finished row."""
+        stream = self.texts.get(row)
+        if stream is not None:
+            stream.finish()
+            text = stream.text
+        else:
+            text = self.vocab.decode(row.tokens).decode("utf-8", errors="replace") if self.vocab else ""
         gen = Generation(text, list(row.tokens), None, row.status or "error", row.error, self.compile_ms, row.forced,
-                         row.steered)
+                         row.steered, self.prompt_tokens, None if stream is None else stream.stopped)
         if gen.status == "complete":
             try:
                 gen.value = _parse(self.request, text)
@@ -392,6 +457,7 @@ def _prepare(lm: AsyncLM, request: GenerationRequest) -> _Job:
         request.check()
         job.vocab = vocab = model_vocabulary(lm)
         prompt = _prompt_ids(lm, request)
+        job.prompt_tokens = len(prompt)
         started = time.perf_counter()
         fsm = _compile(request, vocab)
         job.compile_ms = (time.perf_counter() - started) * 1000
@@ -405,20 +471,33 @@ def _prepare(lm: AsyncLM, request: GenerationRequest) -> _Job:
         guide = None if fsm is None else fsm.guide()
         job.rows.append(Row(prompt, guide, eos, int(request.max_tokens), float(request.temperature),
                             float(request.top_p), rng, budget=budget))
+    if request.stop_sequences():
+        job.watch()
     return job
 
 
-async def _decode(lm: AsyncLM, jobs: Sequence[_Job], on_done: Callable[[Row], None] | None = None) -> None:
+async def _decode(lm: AsyncLM, jobs: Sequence[_Job], on_done: Callable[[Row], None] | None = None,
+                  on_token: Callable[[Row], Any] | None = None) -> None:
     """Run every job's rows: our decode loop, or, on a backend that decodes in its engine (vLLM), one engine
-    request per row, masked there by the same constraint."""
+    request per row, masked there by the same constraint. `on_token` (stop sequences) sees an engine row's
+    tokens once, when it ends: its text is cut at the first stop, and the row is then complete."""
     rows = [row for job in jobs for row in job.rows]
     run_in_engine = getattr(lm, "generate_in_engine", None)
     if run_in_engine is None:
-        await decode(lm, rows, on_done=on_done)
+        await decode(lm, rows, on_done=on_done, on_token=on_token)
         return
     constraints = [_engine_constraint(job.request) for job in jobs for _ in job.rows]
     seeds = [engine_seed(job.request.seed, j) for job in jobs for j in range(len(job.rows))]
-    await run_in_engine(rows, constraints, seeds, on_done)
+
+    def ended(row: Row) -> None:
+        if on_token is not None and row.status != "error":
+            status, row.status = row.status, None
+            on_token(row)
+            row.status = row.status or status
+        if on_done is not None:
+            on_done(row)
+
+    await run_in_engine(rows, constraints, seeds, ended)
 
 
 def engine_seed(seed: int | None, row: int) -> int | None:

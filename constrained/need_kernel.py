@@ -1,11 +1,20 @@
-"""numba kernel of `grammars.need.compute_need` (finishability of NFA states); imported only when numba is.
+"""numba kernels that finish an NFA for the DFA; imported only when numba is.
 
-`constrained.dfa_jit.load_kernels` installs `compute_need_native` as
-`grammars.nfa.NFA.need_kernel`, so that every NFA built afterwards uses it;
-`grammars` itself never imports numba or this package. Same algorithm and
-result as the Python version (the differential test in tests/test_nfa.py):
-a breadth-first search backwards from the rules' ends, level by level of
-nesting budget, over CSR arrays.
+- `compute_need_native` (`grammars.need.compute_need`: finishability of NFA
+  states), and `need_from_columns`, which derives its inputs from the NFA's
+  edge columns itself;
+- `csr_from_columns`: the columns grouped per state (`NFA._csr`);
+- `byte_classes_native` and `forward_native`: the byte classes with their
+  mask table, and canonical return states, for `constrained.dfa_jit.JitDFA`.
+
+`constrained.dfa_jit.load_kernels` installs them as `grammars.nfa.NFA`'s
+`need_kernel`, `need_columns_kernel` and `csr_kernel` (and in the JitDFA's
+kernels), so that every NFA built afterwards uses them; `grammars` itself
+never imports numba or this package. Each gives what the Python version gives
+(the differential tests in tests/test_nfa.py and tests/test_lazy_compile.py).
+Why kernels for such small steps: each was a dozen numpy calls of a few
+microseconds, fixed per compile whatever the schema's size; on the median
+dev schema they were a third of the time to first mask (490 of 1,480 us).
 """
 
 from __future__ import annotations
@@ -13,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["compute_need_native"]
+__all__ = ["compute_need_native", "need_from_columns", "csr_from_columns", "byte_classes_native", "forward_native"]
 
 INF = 1 << 30
 
@@ -112,3 +121,193 @@ def _need(n_rules, rule_end, max_depth, rev_ptr, rev_src, rc_ptr, rc_p, rc_r, rc
                     need[p] = d
                     frontier[top] = p
                     top += 1
+
+
+# -- an NFA's columns, straight to CSR arrays and `need` ---------------------------
+# `compute_need_native` takes the edges `NFA._compute_need` derives from the
+# columns with about 25 numpy calls, and groups them with 4 more argsorts: at the
+# median dev schema that fixed numpy cost was 120 us of a 675 us NFA, and grouping
+# the columns per state (`NFA._csr`) another 80. These kernels do both in one
+# pass each (counting sorts), from the columns as `NFA._columns` gives them.
+
+REG, FREE, ENTER, HEAD, INC = range(5)     # `grammars.fragments` call edge kinds
+
+
+@njit(cache=True, nogil=True)
+def _group(keys, n):  # pragma: no cover - compiled
+    """Counting sort of `keys` (each in 0..n-1), stable: (ptr[n + 1], order)."""
+    ptr = np.zeros(n + 1, np.int64)
+    for k in keys:
+        ptr[k + 1] += 1
+    for i in range(n):
+        ptr[i + 1] += ptr[i]
+    fill = ptr[:-1].copy()
+    order = np.empty(len(keys), np.int64)
+    for j in range(len(keys)):
+        k = keys[j]
+        order[fill[k]] = j
+        fill[k] += 1
+    return ptr, order
+
+
+@njit(cache=True, nogil=True)
+def need_from_columns(n, rule_start, rule_end, eps, byte, call, max_depth):  # pragma: no cover - compiled
+    """`NFA._compute_need` (its general case) on `NFA._columns`: a counter loop's item is a
+    pseudo-rule from the loop's body to the state with its INC edge, which the loop head
+    calls; ENTER and a head with lower bound 0 are epsilon moves. Returns need (int64[n])."""
+    c_src, c_rule, c_dst, c_op, c_to, c_lo = call[0], call[1], call[2], call[3], call[4], call[5]
+    nc = c_src.shape[0]
+    n_rules = rule_start.shape[0]
+    inc_src = np.full(n, -1, np.int64)       # loop head -> the first INC edge's source back to it
+    n_head = 0
+    n_extra = 0
+    n_keep = 0
+    for j in range(nc):
+        op = c_op[j]
+        if op == INC:
+            if inc_src[c_to[j]] == -1:
+                inc_src[c_to[j]] = c_src[j]
+        else:
+            if op == HEAD:
+                n_head += 1
+                if c_lo[j] == 0:
+                    n_extra += 1
+            if op == ENTER:
+                n_extra += 1
+            else:
+                n_keep += 1
+    total = n_rules + n_head
+    starts = np.empty(total, np.int64)
+    ends = np.empty(total, np.int64)
+    starts[:n_rules] = rule_start
+    ends[:n_rules] = rule_end
+    ne, nb = eps.shape[1], byte.shape[1]
+    src = np.empty(ne + nb + n_extra, np.int64)
+    dst = np.empty(ne + nb + n_extra, np.int64)
+    src[:ne] = eps[0]
+    dst[:ne] = eps[1]
+    src[ne:ne + nb] = byte[0]
+    dst[ne:ne + nb] = byte[1]
+    ks = np.empty(n_keep, np.int64)          # kept calls: source, rule, return, free
+    kr = np.empty(n_keep, np.int64)
+    kd = np.empty(n_keep, np.int64)
+    kf = np.empty(n_keep, np.int64)
+    h, i, k = n_rules, ne + nb, 0
+    for j in range(nc):
+        op = c_op[j]
+        if op == INC:
+            continue
+        if op == ENTER:
+            src[i] = c_src[j]
+            dst[i] = c_to[j]
+            i += 1
+            continue
+        r = c_rule[j]
+        if op == HEAD:
+            starts[h] = c_to[j]
+            ends[h] = inc_src[c_src[j]]
+            r = h
+            h += 1
+            if c_lo[j] == 0:
+                src[i] = c_src[j]
+                dst[i] = c_dst[j]
+                i += 1
+        ks[k] = c_src[j]
+        kr[k] = r
+        kd[k] = c_dst[j]
+        kf[k] = 1 if op != REG else 0
+        k += 1
+    rev_ptr, o = _group(dst, n)
+    rev_src = src[o]
+    rc_ptr, o = _group(kd, n)
+    rc_p, rc_r, rc_f = ks[o], kr[o], kf[o]
+    st_ptr, st_rule = _group(starts, n)
+    s_ptr, o = _group(kr * 2 + kf, 2 * total)
+    s_p, s_t = ks[o], kd[o]
+    need = np.full(n, INF, np.int64)
+    _need(total, ends, max_depth, rev_ptr, rev_src, rc_ptr, rc_p, rc_r, rc_f, st_ptr, st_rule, s_ptr, s_p, s_t,
+          need)
+    return need
+
+
+@njit(cache=True, nogil=True)
+def csr_from_columns(n, eps, byte, call, remap, rule_start):  # pragma: no cover - compiled
+    """`NFA._csr`: the columns grouped per source state, order kept; byte mask ids
+    through `remap`, and rule calls going to their rule's start."""
+    eps_ptr, o = _group(eps[0], n)
+    eps_dst = eps[1][o]
+    edge_ptr, o = _group(byte[0], n)
+    edge_dst = byte[1][o]
+    edge_mask = np.empty(len(o), np.int64)
+    for j in range(len(o)):
+        edge_mask[j] = remap[byte[2][o[j]]]
+    call_ptr, o = _group(call[0], n)
+    call_rule, call_dst, call_op = call[1][o], call[2][o], call[3][o]
+    call_to, call_lo, call_hi = call[4][o], call[5][o], call[6][o]
+    for j in range(len(o)):
+        if call_rule[j] >= 0:
+            call_to[j] = rule_start[call_rule[j]]
+    return eps_ptr, eps_dst, edge_ptr, edge_dst, edge_mask, call_ptr, call_rule, call_dst, call_op, call_to, \
+        call_lo, call_hi
+
+
+@njit(cache=True, nogil=True)
+def byte_classes_native(mask_bytes):  # pragma: no cover - compiled
+    """`grammars.byte_classes.byte_classes` of the masks given as little-endian bytes
+    (k x 32, ascending masks), with what the DFA derives from it: (class per byte
+    (int32[256]), least byte of each class, mask x class membership (uint8)).
+
+    Classes are refined mask by mask, the first mask most significant, so ids
+    follow the lexicographic order of the bytes' membership columns, as there.
+    """
+    k = mask_bytes.shape[0]
+    ids = np.zeros(256, np.int64)
+    n_ids = 1
+    seen = np.empty(512, np.int64)
+    for m in range(k):
+        for key in range(2 * n_ids):
+            seen[key] = 0
+        for b in range(256):
+            key = 2 * ids[b] + ((mask_bytes[m, b >> 3] >> (b & 7)) & 1)
+            ids[b] = key
+            seen[key] = 1
+        n_new = 0
+        for key in range(2 * n_ids):           # rank the keys in use, in order
+            if seen[key]:
+                seen[key] = n_new
+                n_new += 1
+        for b in range(256):
+            ids[b] = seen[ids[b]]
+        n_ids = n_new
+    classes = ids.astype(np.int32)
+    rep = np.full(n_ids, -1, np.int64)
+    for b in range(256):
+        if rep[classes[b]] < 0:
+            rep[classes[b]] = b
+    mask_cls = np.zeros((max(k, 1), n_ids), np.uint8)
+    for m in range(k):
+        for c in range(n_ids):
+            b = rep[c]
+            mask_cls[m, c] = (mask_bytes[m, b >> 3] >> (b & 7)) & 1
+    return classes, rep, mask_cls
+
+
+@njit(cache=True, nogil=True)
+def forward_native(states, eps_ptr, eps_dst, edge_ptr, call_ptr, is_end):  # pragma: no cover - compiled
+    """`grammars.nfa.NFA.forward` of each of `states`: follow pure epsilon hops (one
+    epsilon edge, nothing else, not a rule's end) until one would revisit a state."""
+    n = len(is_end)
+    stamp = np.full(n, -1, np.int64)
+    out = np.empty(len(states), np.int64)
+    for j in range(len(states)):
+        s = states[j]
+        stamp[s] = j
+        while (eps_ptr[s + 1] - eps_ptr[s] == 1 and edge_ptr[s + 1] == edge_ptr[s] and call_ptr[s + 1] == call_ptr[s]
+               and not is_end[s]):
+            t = eps_dst[eps_ptr[s]]
+            if stamp[t] == j:
+                break
+            stamp[t] = j
+            s = t
+        out[j] = s
+    return out

@@ -132,6 +132,22 @@ class TokenTrie:
             node = nxt
         return node
 
+    def shared_depth(self, tokens: Sequence[int], max_depth: int | None = None) -> int:
+        """How many leading tokens of `tokens` (at most `max_depth`) lie on a path already in the trie.
+
+        A new prompt that shares a system prompt with an earlier one shares
+        its path, though the earlier KV segment runs past the point where
+        they part (so `longest_kv` cannot hand it out).
+        """
+        limit = len(tokens) if max_depth is None else min(max_depth, len(tokens))
+        node, depth = self.root, 0
+        for tok in tokens[:limit]:
+            node = node.children.get(tok)  # type: ignore[assignment]
+            if node is None:
+                break
+            depth += 1
+        return depth
+
     def get_logprobs(self, tokens: Sequence[int]) -> np.ndarray | None:
         """Cached next-token logprobs after `tokens` (marks them recently used)."""
         node = self.find(tokens)

@@ -68,7 +68,8 @@ class LazyDFA:
 
     def __init__(self, grammar: Grammar, *, max_states: int = 100_000, max_depth: int = 64) -> None:
         nfa = self._init_nfa(grammar, max_states, max_depth)
-        self._need = nfa.need
+        need = nfa.need                 # a list, or int64 from the compiled kernel: Python ints index faster
+        self._need = need.tolist() if isinstance(need, np.ndarray) else need
         self._eclose: list[tuple | None] = [None] * self._n
         self._moves: list[tuple | None] = [None] * self._n
         # Stacks: id 0 is empty; id -> (frame, parent id), depth per id. A frame is a

@@ -67,7 +67,9 @@ class Resolver:
         if isinstance(root, dict) and isinstance(root.get("$id"), str):
             self.base = urldefrag(root["$id"])[0]
         self.resources[self.base] = (root, "$")
-        self._index(root, self.base, "$")
+        # The walk that finds nested `$id`s and anchors is made on the first `$ref` that
+        # needs it: a JSON pointer into the root document (most refs) needs none.
+        self._indexed = False
 
     def _index(self, node: Any, base: str, path: str) -> None:
         if isinstance(node, list):
@@ -100,6 +102,9 @@ class Resolver:
         if not isinstance(ref, str):
             raise InvalidSchemaError("`$ref` must be a string", path, ref)
         url, fragment = urldefrag(urljoin(base, ref))
+        if not self._indexed and (url != self.base or not fragment.startswith("/") and fragment):
+            self._indexed = True
+            self._index(self.root, self.base, "$")
         if url not in self.resources:
             raise UnsupportedSchemaError("$ref", path, f"remote reference {ref!r} (only local references are resolved)")
         doc, doc_path = self.resources[url]

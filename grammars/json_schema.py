@@ -132,7 +132,8 @@ def json_schema_grammar(
     rules = {"start": seq(c.ws.around, body, c.ws.around), **c.rules}
     info = {"max_depth": max_recursion_depth + max_any_depth + 1, "whitespace": policy, "labels": c.labels,
             "tries": c.tries, "max_recursion_depth": max_recursion_depth, "max_any_depth": max_any_depth,
-            "kind": "JSON schema", "empty_at": c.empty, "report": _dedup(c.notes), "numbers": numbers}
+            "kind": "JSON schema", "empty_at": c.empty, "report": _dedup(c.notes), "numbers": numbers,
+            "prelude": ANY_RULE if ANY_RULE in c.rules else None}
     return Grammar(rules, "start", info, check_refs=False)     # the compiler defines every rule it refers to
 
 

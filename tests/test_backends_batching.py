@@ -40,6 +40,18 @@ def test_32_concurrent_requests_run_each_shared_prefix_once() -> None:
         assert lm.stats["kv_cache_hits"] == 32
 
 
+def test_a_system_prompt_sent_again_is_prefilled_at_most_twice() -> None:
+    system = [1 + (5 * j) % (V - 1) for j in range(30)]
+    with make() as lm:
+        for i in range(6):                     # one request at a time, as a server sees them
+            question = [2 + i, 3 + i, 4]
+            lp = lm.next_token_logprobs_sync(system + question)
+            np.testing.assert_array_equal(lp, mock_logprobs(tuple(system + question), V))
+        # the first request runs whole; the second splits off the shared 30 tokens (recomputed once,
+        # inside the first's KV segment they cannot be cut out); the others run their questions only
+        assert lm.stats["model_tokens"] == 33 + (30 + 3) + 4 * 3
+
+
 def test_identical_concurrent_prompts_share_one_future() -> None:
     with make(batch_size=64, timeout=0.02) as lm:
 

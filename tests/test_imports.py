@@ -86,3 +86,31 @@ def test_framework_modules_import_with_extras(module: str) -> None:
     pytest.importorskip("mlx" if module == "backends.mlx" else "torch")
     proc = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_core_does_not_import_the_server_stack() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(
+            """
+            import sys
+            import constrained, constrained.cli
+            constrained.cli._parser()
+            stack = {"fastapi", "uvicorn", "starlette", "pydantic", "httpx"}
+            print("LOADED", sorted(m for m in sys.modules if m.split(".")[0] in stack))
+            """)],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "LOADED []" in proc.stdout
+
+
+def test_serve_without_the_extra_says_what_to_install() -> None:
+    proc = run_blocked(
+        """
+        import sys
+        sys.modules["fastapi"] = sys.modules["uvicorn"] = None   # as if not installed
+        from constrained.cli import main
+        print("EXIT", main(["serve", "--port", "0"]))
+        """
+    )
+    assert "EXIT 2" in proc.stdout, proc.stdout + proc.stderr
+    assert "pip install 'constrained[serve]'" in proc.stderr

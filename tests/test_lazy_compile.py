@@ -12,6 +12,7 @@ import random
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from constrained.compile import clear_cache, compile_json_schema, compile_regex
@@ -208,11 +209,7 @@ def test_compiled_need_equals_the_python_fixpoint(path: Path, monkeypatch: pytes
         g = json_schema_grammar(json.loads(path.read_text())["schema"])
     except ConstraintError:
         pytest.skip("unsupported schema")
-    monkeypatch.setattr(NFA, "fast_need", False)
-    monkeypatch.setattr(NFA, "need_kernel", staticmethod(load_kernels().compute_need))
-    native = NFA(g, max_depth=g.info["max_depth"]).need
-    monkeypatch.setattr(NFA, "need_kernel", None)
-    assert native == NFA(g, max_depth=g.info["max_depth"]).need
+    assert _needs(g, g.info["max_depth"], monkeypatch)
 
 
 @pytest.mark.skipif(native_dfa_class() is None, reason="needs numba (CONSTRAINED_JIT=0 or not installed)")
@@ -221,11 +218,21 @@ def test_compiled_need_on_random_counter_grammars(seed: int, monkeypatch: pytest
     rng = random.Random(seed)
     names = [f"r{i}" for i in range(rng.randint(1, 3))]
     g = Grammar({n: _random_node(rng, names, 0, counted=True) for n in names}, start=names[0])
+    assert _needs(g, 3, monkeypatch)
+
+
+def _needs(g: Grammar, max_depth: int, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Whether the Python fixpoint, the compiled one and the one straight from the columns agree."""
+    from constrained import need_kernel   # numba: only where the callers' skipif found it
+
+    k = load_kernels()
     monkeypatch.setattr(NFA, "fast_need", False)
-    monkeypatch.setattr(NFA, "need_kernel", staticmethod(load_kernels().compute_need))
-    native = NFA(g, max_depth=3).need
-    monkeypatch.setattr(NFA, "need_kernel", None)
-    assert native == NFA(g, max_depth=3).need
+    found = []
+    for kernel, columns in ((None, None), (k.compute_need, None), (None, need_kernel.need_from_columns)):
+        monkeypatch.setattr(NFA, "need_kernel", kernel and staticmethod(kernel))
+        monkeypatch.setattr(NFA, "need_columns_kernel", columns and staticmethod(columns))
+        found.append(np.asarray(NFA(g, max_depth=max_depth).need).tolist())
+    return found[0] == found[1] == found[2]
 
 
 @pytest.mark.parametrize("path", sorted(CORPUS.glob("*.json"))[::3], ids=lambda p: p.stem)
@@ -236,7 +243,15 @@ def test_vectorized_forward_equals_forward(path: Path) -> None:
         pytest.skip("unsupported schema")
     nfa = NFA(g, max_depth=g.info["max_depth"])
     states = list(range(nfa.num_states))
-    assert nfa.forward_many(states).tolist() == [nfa.forward(s) for s in states]
+    want = [nfa.forward(s) for s in states]
+    assert nfa.forward_many(states).tolist() == want
+    if native_dfa_class() is not None:
+        from constrained import need_kernel
+
+        a = nfa.arrays
+        got = need_kernel.forward_native(np.arange(nfa.num_states, dtype=np.int64), a.eps_ptr, a.eps_dst, a.edge_ptr,
+                                         a.call_ptr, np.asarray(nfa.is_end, dtype=np.bool_))
+        assert got.tolist() == want
 
 
 def _live_nodes() -> int:

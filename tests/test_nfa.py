@@ -31,7 +31,7 @@ def _grammar(path: Path) -> Grammar | None:
 
 def _shape(nfa: NFA) -> tuple:
     return ([list(e) for e in nfa.eps], [list(e) for e in nfa.edges], [list(c) for c in nfa.calls],
-            nfa.need, nfa.rule_start, nfa.is_end)
+            np.asarray(nfa.need).tolist(), nfa.rule_start, nfa.is_end)
 
 
 @pytest.mark.parametrize("path", SCHEMAS[::3], ids=lambda p: p.stem)
@@ -55,7 +55,7 @@ def test_fast_need_matches_search_on_regexes(pattern: str, monkeypatch: pytest.M
     g = regex_grammar(pattern)
     fast = NFA(g)
     monkeypatch.setattr(NFA, "fast_need", False)
-    assert fast.need == NFA(g).need
+    assert np.asarray(fast.need).tolist() == np.asarray(NFA(g).need).tolist()
 
 
 def test_dead_parts_are_not_finishable() -> None:
@@ -64,7 +64,7 @@ def test_dead_parts_are_not_finishable() -> None:
                                 literal(b"d")))})
     nfa = NFA(g)
     assert nfa.need[nfa.rule_start[0]] == 0
-    assert INF in nfa.need
+    assert INF in list(nfa.need)
     dfa = LazyDFA(g)
     assert dfa.matches(b"d") and not dfa.matches(b"ab") and not dfa.matches(b"c")
     assert NFA(Grammar({"start": NOTHING})).need[0] == INF
@@ -170,3 +170,58 @@ def test_compact_nodes_keep_their_language_in_fewer_states(schema, monkeypatch: 
     generic = LazyDFA(g)
     assert small.nfa.num_states < generic.nfa.num_states
     assert _same_language(small, generic)
+
+
+def _kernels():
+    from constrained.dfa_jit import load_kernels
+
+    k = load_kernels()
+    if k is None:
+        pytest.skip("needs numba (CONSTRAINED_JIT=0 or not installed)")
+    return k
+
+
+@pytest.mark.parametrize("masks", [{1 << 65}, {0b110, 0b011}, {(1 << 256) - 1, 0xFF << 100, 1}, {0, 5}, set(),
+                                   {(1 << 128) - (1 << 48), 1 << 34 | 1 << 92, (1 << 123) - (1 << 97), 1 << 10}])
+def test_compiled_byte_classes_match(masks: set[int]) -> None:
+    ordered = sorted(masks)
+    raw = np.frombuffer(b"".join(m.to_bytes(32, "little") for m in ordered), np.uint8).reshape(len(ordered), 32)
+    classes, rep, mask_cls = _kernels().byte_classes(raw)
+    assert classes.tolist() == byte_classes(masks).tolist()
+    assert rep.tolist() == [classes.tolist().index(c) for c in range(len(rep))]      # least byte of each class
+    for i, m in enumerate(ordered):
+        assert mask_cls[i].tolist() == [m >> b & 1 for b in rep.tolist()]
+
+
+@pytest.mark.parametrize("path", SCHEMAS[::4], ids=lambda p: p.stem)
+def test_compiled_csr_matches_numpy(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    g = _grammar(path)
+    if g is None:
+        pytest.skip("unsupported schema")
+    _kernels()
+    from constrained.need_kernel import csr_from_columns
+
+    monkeypatch.setattr(NFA, "csr_kernel", staticmethod(csr_from_columns))
+    compiled = NFA(g, max_depth=g.info["max_depth"]).arrays
+    monkeypatch.setattr(NFA, "csr_kernel", None)
+    plain = NFA(g, max_depth=g.info["max_depth"]).arrays
+    for name, value in vars(plain).items():
+        got = getattr(compiled, name)
+        assert (got == value if name == "masks" else got.tolist() == value.tolist()), name
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "object"}, {"type": "object", "properties": {"a": {"type": "array"}, "b": {}}, "required": ["b"]},
+    {"type": "array", "items": {"type": "object", "properties": {"k": {"type": "string", "maxLength": 3}}}},
+    {"anyOf": [{"type": "object"}, {"type": "string"}]}])
+def test_preludes_keep_the_language(schema, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the any-value rule is copied in from a per-process prelude, built once
+    g = json_schema_grammar(schema)
+    assert g.info["prelude"] == "any_json_value"
+    with_prelude = LazyDFA(g, max_depth=3)
+    again = NFA(g, max_depth=3)
+    assert again.rule_names[1] == "any_json_value" and again.rule_start[0] > again.rule_start[1]
+    monkeypatch.setattr(NFA, "preludes", False)
+    without = LazyDFA(g, max_depth=3)
+    assert without.nfa.rule_start[0] == 0
+    assert _same_language(with_prelude, without)
