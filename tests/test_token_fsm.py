@@ -366,6 +366,40 @@ def test_compile_cache_is_bounded_by_bytes(gpt2, monkeypatch: pytest.MonkeyPatch
     compile_module.clear_cache()
 
 
+def test_compile_cache_frees_evicted_fsms_and_recounts_growth(gpt2, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An evicted FSM is freed (on the reaper thread, soon); growth after caching is counted within `_RECOUNT` compiles."""
+    import gc
+    import time
+    import weakref
+
+    import constrained.compile as compile_module
+
+    compile_module.clear_cache()
+    monkeypatch.setattr(compile_module, "_CACHE_SIZE", 2)
+    first = weakref.ref(compile_regex("[a-c]{1,30}", gpt2))
+    compile_regex("[d-f]{1,30}", gpt2)
+    compile_regex("[g-i]{1,30}", gpt2)                  # evicts the first
+    deadline = time.monotonic() + 10
+    while first() is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+        gc.collect()
+    assert first() is None
+
+    compile_module.clear_cache()
+    monkeypatch.setattr(compile_module, "_CACHE_SIZE", 128)
+    grown = compile_regex("[a-z]{1,40}[0-9]", gpt2)
+    size_when_added = compile_module._sizes[next(iter(compile_module._sizes))]
+    g = grown.guide()
+    for t in gpt2_encode(gpt2, "abcdefghij"):            # new states and masks: it grows after caching
+        assert g.advance(t)
+    assert grown.held_bytes > size_when_added
+    for n in range(compile_module._RECOUNT):
+        compile_regex(f"[0-9]{{{n + 1}}}", gpt2)
+    assert compile_module._sizes[next(iter(compile_module._sizes))] == grown.held_bytes
+    assert compile_module._held["bytes"] == sum(f.held_bytes for f in compile_module._cache.values())
+    compile_module.clear_cache()
+
+
 def gpt2_encode(vocab: Vocabulary, text: str) -> list[int]:
     """Greedy longest-match segmentation (a valid, non-canonical tokenization)."""
     return segment(vocab, text.encode(), random.Random(0), greedy=True)
