@@ -141,13 +141,12 @@ class JitDFA(LazyDFA):
         # return states are canonicalized as in LazyDFA (see `NFA.forward`); loop exits are kept
         call_ret = a.call_dst
         if len(call_ret):
-            is_end = np.asarray(nfa.is_end, dtype=np.bool_)
-            fwd = self._k.forward(a.call_dst, a.eps_ptr, a.eps_dst, a.edge_ptr, a.call_ptr, is_end)
+            fwd = self._k.forward(a.call_dst, a.eps_ptr, a.eps_dst, a.edge_ptr, a.call_ptr, nfa.is_end)
             call_ret = np.where(a.call_op <= FREE, fwd, a.call_dst)
         params = np.array([self._n, self.max_depth, self.max_states, self.num_classes], dtype=np.int64)
         arrays = (
-            np.array(nfa.need, dtype=np.int64), a.eps_ptr, a.eps_dst, a.call_ptr, a.call_to,
-            call_ret, np.array(nfa.is_end, dtype=np.uint8), a.edge_ptr, a.edge_dst, a.edge_mask, mask_cls, params,
+            np.asarray(nfa.need, dtype=np.int64), a.eps_ptr, a.eps_dst, a.call_ptr, a.call_to,
+            call_ret, nfa.is_end.view(np.uint8), a.edge_ptr, a.edge_dst, a.edge_mask, mask_cls, params,
             a.call_op, a.call_lo, a.call_hi,
         )
         # one layout and dtype for every grammar, so that the kernels are compiled (loaded) once

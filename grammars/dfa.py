@@ -70,6 +70,7 @@ class LazyDFA:
         nfa = self._init_nfa(grammar, max_states, max_depth)
         need = nfa.need                 # a list, or int64 from the compiled kernel: Python ints index faster
         self._need = need.tolist() if isinstance(need, np.ndarray) else need
+        self._is_end: list[bool] = nfa.is_end.tolist()
         self._eclose: list[tuple | None] = [None] * self._n
         self._moves: list[tuple | None] = [None] * self._n
         # Stacks: id 0 is empty; id -> (frame, parent id), depth per id. A frame is a
@@ -229,7 +230,7 @@ class LazyDFA:
                 byte_states.append(u)
             for op, to, t, lo, hi in nfa.calls[u]:
                 calls.append((op, to, nfa.forward(t) if op <= FREE else t, lo, hi))
-            end = end or nfa.is_end[u]
+            end = end or self._is_end[u]
             for v in nfa.eps[u]:
                 if v not in seen:
                     seen.add(v)

@@ -283,9 +283,8 @@ class NFA(FragmentBuilder):
     def _finish(self, max_depth: int) -> None:
         """`need` and the CSR arrays from the columns; drops what only building needed."""
         self._masks = frozenset(self._mask_id)
-        self.is_end: list[bool] = [False] * self._count
-        for end in self.rule_end:
-            self.is_end[end] = True
+        self.is_end = np.zeros(self._count, dtype=np.bool_)     # numpy: the DFA kernels take it as is
+        self.is_end[self.rule_end] = True
         self.max_depth = max_depth
         cols = self._columns()
         self.need: list[int] | np.ndarray = self._compute_need(max_depth, cols)
@@ -391,7 +390,7 @@ class NFA(FragmentBuilder):
         steps (long chains, cycles) take the plain `forward`."""
         a = self.arrays
         hop = ((np.diff(a.eps_ptr) == 1) & (np.diff(a.edge_ptr) == 0) & (np.diff(a.call_ptr) == 0)
-               & ~np.asarray(self.is_end, dtype=bool))
+               & ~self.is_end)
         nxt = np.arange(self.num_states, dtype=np.int64)
         nxt[hop] = a.eps_dst[a.eps_ptr[:-1][hop]]
         cur = np.asarray(states, dtype=np.int64)

@@ -31,7 +31,7 @@ def _grammar(path: Path) -> Grammar | None:
 
 def _shape(nfa: NFA) -> tuple:
     return ([list(e) for e in nfa.eps], [list(e) for e in nfa.edges], [list(c) for c in nfa.calls],
-            np.asarray(nfa.need).tolist(), nfa.rule_start, nfa.is_end)
+            np.asarray(nfa.need).tolist(), nfa.rule_start, np.asarray(nfa.is_end).tolist())
 
 
 @pytest.mark.parametrize("path", SCHEMAS[::3], ids=lambda p: p.stem)
@@ -191,6 +191,18 @@ def test_compiled_byte_classes_match(masks: set[int]) -> None:
     assert rep.tolist() == [classes.tolist().index(c) for c in range(len(rep))]      # least byte of each class
     for i, m in enumerate(ordered):
         assert mask_cls[i].tolist() == [m >> b & 1 for b in rep.tolist()]
+
+
+@pytest.mark.parametrize("k", [63, 64, 65, 130, 300])
+def test_compiled_byte_classes_match_past_one_word(k: int) -> None:
+    """More masks than one 64-bit word of membership: ranges and single bytes, as schemas have."""
+    rng = np.random.default_rng(k)
+    masks = set()
+    while len(masks) < k:
+        lo, n = int(rng.integers(0, 256)), int(rng.integers(1, 40))
+        masks.add(((1 << n) - 1) << lo & ((1 << 256) - 1) if rng.random() < 0.5 else 1 << lo)
+    masks.discard(0)
+    test_compiled_byte_classes_match(masks)
 
 
 @pytest.mark.parametrize("path", SCHEMAS[::4], ids=lambda p: p.stem)
