@@ -251,12 +251,16 @@ def _raw_not_in(trie: dict) -> Node:
     one shared node per child byte.
     """
     parts: list[Node] = [] if trie.get(None) else [EMPTY]
-    children = sorted(k for k in trie if k is not None)
-    for cp in children:
-        parts.append(Seq((literal(bytes((cp,))), _raw_not_in(trie[cp]))))
-    if len(children) == 1:
-        parts.append(_OTHERS_REST[children[0]])
+    if len(trie) - (None in trie) == 1:        # most trie nodes: one child
+        cp = next(k for k in trie if k is not None)
+        parts.append(Seq((_BYTE_NODES[cp], _raw_not_in(trie[cp]))))
+        parts.append(_OTHERS_REST[cp])
+    elif len(trie) == 1:                       # a leaf: the end of a word
+        parts.append(_ALL_REST)
     else:
+        children = sorted(k for k in trie if k is not None)
+        for cp in children:
+            parts.append(Seq((_BYTE_NODES[cp], _raw_not_in(trie[cp]))))
         others = _RAW_PRINTABLE & ~sum(1 << cp for cp in children)
         if others:
             parts.append(Seq((ByteSet(others), _ANY_REST)))
@@ -264,6 +268,8 @@ def _raw_not_in(trie: dict) -> Node:
     return Alt(tuple(parts))
 
 
+_BYTE_NODES = [literal(bytes((b,))) for b in range(256)]
+_ALL_REST = Seq((ByteSet(_RAW_PRINTABLE), _ANY_REST))
 # a trie node whose one child is byte b is left by any other raw printable byte, then anything
 _OTHERS_REST = {b: Seq((ByteSet(_RAW_PRINTABLE & ~(1 << b)), _ANY_REST)) for b in range(0x20, 0x7F)
                 if _RAW_PRINTABLE >> b & 1}
