@@ -411,21 +411,38 @@ class FragmentBuilder:
         self._eps(self._build(rest, r), t)           # every way out, so that they share DFA states)
         out = self._new()                            # any trie node may leave by `leave`
         self._eps(self._build(leave, out), r)
+        # the edges appended inline (this is most of an open object's NFA): per trie
+        # node, "not a word: end here", its children's bytes, "leave by another
+        # printable byte", "leave by `leave`"
+        eps_src, eps_dst = self._eps_src, self._eps_dst
+        byte_src, byte_mask, byte_dst = self._byte_src, self._byte_mask, self._byte_dst
+        mask_id = self._mask_id
         todo = [(trie, s)]
         while todo:
             node, q = todo.pop()
             if not node.get(None):
-                self._eps(q, t)                      # not a word: the text may end here
+                eps_src.append(q)                    # not a word: the text may end here
+                eps_dst.append(t)
             taken = 0
-            for b in sorted(k for k in node if k is not None):
-                taken |= 1 << b
-                todo.append((node[b], self._byte(q, 1 << b)))
+            for b in sorted(k for k in node if k is not None) if len(node) - (None in node) > 1 else [k for k in node if k is not None]:
+                bit = 1 << b
+                taken |= bit
+                mid = mask_id.get(bit)
+                if mid is None:
+                    mid = mask_id[bit] = len(mask_id)
+                u = self._count
+                self._count = u + 1
+                byte_src.append(q)
+                byte_mask.append(mid)
+                byte_dst.append(u)
+                todo.append((node[b], u))
             others = printable & ~taken
             if others:
-                self._byte_src.append(q)
-                self._byte_mask.append(self._mask_index(others))
-                self._byte_dst.append(r)
-            self._eps(q, out)
+                byte_src.append(q)
+                byte_mask.append(self._mask_index(others))
+                byte_dst.append(r)
+            eps_src.append(q)
+            eps_dst.append(out)
         return t
 
     def _mask_index(self, mask: int) -> int:
@@ -437,7 +454,9 @@ class FragmentBuilder:
 
     def _byte(self, s: int, mask: int) -> int:
         """A byte edge from `s` to a fresh state; return that state."""
-        mid = self._mask_index(mask)
+        mid = self._mask_id.get(mask)
+        if mid is None:                              # `_mask_index`, inline: the most frequent call
+            mid = self._mask_id[mask] = len(self._mask_id)
         t = self._count
         self._count = t + 1
         self._byte_src.append(s)
