@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from grammars.ast import EMPTY, NOTHING, Alt, Node, Seq, alt, optional, seq
 from grammars.errors import UnsupportedSchemaError
-from grammars.json_strings import key_literal, quoted, string_literal, string_not_in
+from grammars.json_strings import key_literal, quoted, string_not_in
 from grammars.json_length import expanded_size
 from grammars.json_values import counted, union
 
@@ -119,7 +119,7 @@ def _names_key(c: "Compiler", declared: set, names: Any, path: str, base: str) -
     if isinstance(flat, dict) and "enum" in flat:
         allowed = [v for v in flat["enum"] if isinstance(v, str) and v not in declared
                    and c.accepts(names, v, where, base)]
-        return alt(*(string_literal(v) for v in allowed))
+        return alt(*(key_literal(v) for v in allowed))
     raise UnsupportedSchemaError("propertyNames", path, f"it also admits declared properties {sorted(clash)!r}; "
                                  "the difference of a pattern and a set is not computed")
 

@@ -77,7 +77,7 @@ from grammars.json_numbers import (
 )
 from grammars.json_objects import array_node, object_node
 from grammars.json_refs import Resolver, draft_of, load_schema
-from grammars.json_strings import ANY_CHAR, any_string_body, json_char, quoted, string_literal, string_not_in
+from grammars.json_strings import ANY_CHAR, any_string_body, json_char, key_literal, quoted, string_not_in
 from grammars.json_values import (
     ANY_RULE, Whitespace, WhitespacePolicy, any_value_rule, json_type, to_decimal, union, value_node,
 )
@@ -500,7 +500,7 @@ class Compiler:
         if "string" not in ([types] if isinstance(types, str) else types):
             return NOTHING
         if "enum" in s:
-            return alt(*(string_literal(v) for v in s["enum"] if isinstance(v, str) and self.accepts(s, v, path, base)))
+            return alt(*(key_literal(v) for v in s["enum"] if isinstance(v, str) and self.accepts(s, v, path, base)))
         return self._string_body(s, [], path)
 
     # -- membership tests at compile time -----------------------------------------

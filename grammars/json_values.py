@@ -4,8 +4,8 @@ Example:
     >>> from grammars.dfa import LazyDFA
     >>> from grammars.ast import Grammar
     >>> ws = Whitespace(WhitespacePolicy())
-    >>> dfa = LazyDFA(Grammar({"start": value_node({"a": [1, "x"]}, ws)}))
-    >>> [dfa.matches(s) for s in (b'{"a":[1,"x"]}', b'{"a": [1.0, "\\\\u0078"]}', b'{"a":[1]}')]
+    >>> dfa = LazyDFA(Grammar({"start": value_node({"a": [1, "x\u00e9"]}, ws)}))
+    >>> [dfa.matches(s) for s in (b'{"a":[1,"x\\xc3\\xa9"]}', b'{"a": [1.0, "x\\\\u00e9"]}', b'{"a":[1]}')]
     [True, True, False]
 """
 
@@ -22,7 +22,7 @@ from grammars.errors import InvalidSchemaError
 from grammars.fragments import share
 from grammars.json_doubles import ANY_DOUBLE, double_value, exact_value
 from grammars.json_numbers import ANY_NUMBER, number_value
-from grammars.json_strings import ANY_CHAR, quoted, string_literal
+from grammars.json_strings import ANY_CHAR, key_literal, quoted
 
 __all__ = [
     "WhitespacePolicy", "Whitespace", "value_node", "json_key", "json_type", "to_decimal",
@@ -226,14 +226,14 @@ def value_node(v: Any, ws: Whitespace, path: str = "$", numbers: str = "double")
         except ValueError:
             raise InvalidSchemaError("numbers must be finite", path, v) from None
     if t == "string":
-        return quoted(string_literal(v))
+        return quoted(key_literal(v))
     if t == "array":
         items = [value_node(x, ws, path, numbers) for x in v]
         return ws.arr(_join(items, ws.sep))
     for k in v:
         if not isinstance(k, str):
             raise InvalidSchemaError("object keys must be strings", path, k)
-    members = [seq(quoted(string_literal(k)), ws.colon, value_node(x, ws, path, numbers)) for k, x in v.items()]
+    members = [seq(quoted(key_literal(k)), ws.colon, value_node(x, ws, path, numbers)) for k, x in v.items()]
     orders: Iterable[tuple[Node, ...]] = (
         itertools.permutations(members) if len(members) <= PERMUTATION_LIMIT else [tuple(members)])
     return ws.obj(union(*(_join(list(o), ws.sep) for o in orders)))

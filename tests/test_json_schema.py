@@ -290,6 +290,22 @@ def test_string_escapes_and_lengths():
         assert not dfa.matches(text), text
 
 
+def test_enum_and_const_strings_are_spelled_as_encoders_write_them():
+    """Printable ASCII raw (`"` and `\\` escaped the short way), other characters in every spelling;
+    json.dumps output, with or without ensure_ascii, is accepted."""
+    values = ["circle", 'say "hi"', "a\\b", "caf\u00e9", "tab\there", "😀"]
+    for schema in ({"enum": values}, {"type": "string", "enum": values}, {"const": {"k": values}}):
+        dfa = _dfa(schema)
+        for v in values:
+            doc = {"k": values} if "const" in schema else v
+            for ascii_only in (True, False):
+                assert dfa.matches(json.dumps(doc, ensure_ascii=ascii_only).encode()), (schema, v, ascii_only)
+    dfa = _dfa({"enum": values})
+    assert not dfa.matches(b'"\\u0063ircle"')            # an escaped printable ASCII letter is refused
+    assert dfa.matches(b'"caf\\u00E9"') and dfa.matches(b'"tab\\u0009here"')
+    assert not dfa.matches(b'"circles"') and not dfa.matches(b'"Circle"')
+
+
 def test_pattern_applies_to_decoded_string():
     dfa = _dfa({"type": "string", "pattern": "^a+$", "maxLength": 3})
     assert dfa.matches(b'"\\u0061a"') and dfa.matches(b'"aaa"')
