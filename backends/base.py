@@ -19,9 +19,10 @@ everything that is not framework-specific:
 
 Subclasses implement `_load` (return model and tokenizer, on the worker
 thread) and `_forward` (run a batch of `Job` rows), and `_cut_kv` (setting
-`splits_kv` in `_setup`) when their KV segments can be cut exactly. Log-probabilities are
-returned as numpy float32 arrays of length `vocab_size`, the model's output
-width, which may exceed the tokenizer's size for padded checkpoints.
+`splits_kv` in `_setup`) when their KV segments can be cut exactly.
+Log-probabilities are returned as numpy float32 arrays of length
+`vocab_size`, the model's output width, which may exceed the tokenizer's
+size for padded checkpoints.
 """
 
 from __future__ import annotations

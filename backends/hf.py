@@ -37,10 +37,9 @@ the prompts' chains in the trie (a shared prompt is prefilled once).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
-
-import warnings
 
 import numpy as np
 

@@ -156,7 +156,7 @@ class MLXLM(ModelLM):
         """A stored segment's first `n` positions and the rest, as two segments (sliced along the sequence axis)."""
         head = MLXKV([mx.contiguous(k[:, :, :n]) for k in handle.keys], [mx.contiguous(v[:, :, :n]) for v in handle.values])
         tail = MLXKV([mx.contiguous(k[:, :, n:]) for k in handle.keys], [mx.contiguous(v[:, :, n:]) for v in handle.values])
-        mx.eval(head.keys, head.values, tail.keys, tail.values)  # now, so the halves stop referring to the whole
+        mx.eval(head.keys, head.values, tail.keys, tail.values)  # now: no lazy graph keeps the whole segment alive
         return head, tail
 
     # ------------------------------------------------------------------ live decoding
