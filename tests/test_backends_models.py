@@ -1,8 +1,10 @@
 """MLXLM and HFLM on the same tiny random weights: differential tests.
 
 MLX vs HF, batched vs one-at-a-time, cached vs uncached, left-padded batches
-vs single prompts, chunked prefill, chain coalescing, sampling paths, and the
-32-concurrent-requests / 4-prefixes prefill count on real models.
+vs single prompts, chunked prefill, chain coalescing, sampling paths, the
+32-concurrent-requests / 4-prefixes prefill count on real models, KV segments
+cut at a shared prefix vs fresh prefills, and a system prompt prefilled once
+however its requests arrive.
 """
 
 from __future__ import annotations
