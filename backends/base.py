@@ -12,13 +12,17 @@ everything that is not framework-specific:
   never blocks and frameworks (MLX) see a single thread;
 - the `TokenTrie` of logprobs and KV segments, and the batch planner: prompts
   that share an uncached prefix get that prefix computed once, in an earlier
-  round, and then only their own suffixes run;
+  round, and then only their own suffixes run; a prefix whose KV lies inside
+  a stored segment (a system prompt sent again with a new question) is cut
+  out of it (`_cut_kv`) where the backend's KV allows, instead of computed;
 - sampling (`sample`, `batch_sample`) on top of the above.
 
 Subclasses implement `_load` (return model and tokenizer, on the worker
-thread) and `_forward` (run a batch of `Job` rows). Log-probabilities are
-returned as numpy float32 arrays of length `vocab_size`, the model's output
-width, which may exceed the tokenizer's size for padded checkpoints.
+thread) and `_forward` (run a batch of `Job` rows), and `_cut_kv` (setting
+`splits_kv` in `_setup`) when their KV segments can be cut exactly.
+Log-probabilities are returned as numpy float32 arrays of length
+`vocab_size`, the model's output width, which may exceed the tokenizer's
+size for padded checkpoints.
 """
 
 from __future__ import annotations
@@ -120,6 +124,7 @@ class AsyncLM:
         self.trie = TokenTrie(cache_size)
         self.stats: Counter[str] = Counter()
         self.prefix_caching = prefix_caching
+        self.splits_kv = False  # set by `_setup` where a prefix's KV is exactly the first positions of a longer one's
         self.model: Any = None
         self._tokenizer: Any = None
         self._vocab_size = 0
@@ -140,6 +145,10 @@ class AsyncLM:
 
     def _setup(self, model: Any, tokenizer: Any) -> tuple[int, list[int], Any]:
         """Inspect the loaded model; return ``(vocab_size, eos_token_ids, hf_tokenizer)``."""
+        raise NotImplementedError
+
+    def _cut_kv(self, handle: Any, n: int) -> tuple[Any, Any]:
+        """Cut a KV segment after its first `n` positions: ``(head, tail)`` (only where `splits_kv`)."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------ loading
@@ -386,9 +395,10 @@ class AsyncLM:
         the part of a prompt that an earlier prompt's path in the trie already
         spells (a system prompt sent again with a new question: the earlier KV
         segment runs past the branching point, so it cannot be reused as it
-        is). It becomes a target when at least 2 of its tokens are not yet
-        cached; it then gets a KV node of its own, and every later prompt
-        that starts with it reuses that. A target runs one round after the
+        is). When at least 2 of its tokens are not yet cached it gets a KV
+        node of its own, and every later prompt that starts with it reuses
+        that: cut out of a stored segment that runs through it (`_split`),
+        or else computed as a target. A target runs one round after the
         longest target that prefixes it.
         """
         if not self.prefix_caching or not misses:
@@ -401,7 +411,7 @@ class AsyncLM:
             if d >= 2 and d < len(b) and b[:d] not in checked:  # many rows share one prefix: look it up once
                 checked.add(b[:d])
                 chain = self.trie.longest_kv(b[:d])
-                if d - (chain[-1].end if chain else 0) >= 2:
+                if d - (chain[-1].end if chain else 0) >= 2 and not self._split(b[:d]):
                     targets.add(b[:d])
         lengths = sorted({len(t) for t in targets})
         level: dict[Prompt, int] = {}
@@ -412,6 +422,13 @@ class AsyncLM:
         for t, lv in level.items():
             rounds[lv].append(t)
         return rounds
+
+    def _split(self, prefix: Prompt) -> bool:
+        """Give `prefix` KV by cutting a stored segment that runs through it; False where none does or cannot be cut."""
+        if not self.splits_kv or not self.trie.split_kv(prefix, self._cut_kv):
+            return False
+        self.stats["kv_splits"] += 1
+        return True
 
     def _branch_depth(self, p: Prompt) -> int:
         """Where `p` leaves the paths already in the trie; 0 when its cached KV reaches that far anyway.

@@ -19,6 +19,15 @@ the common case) run packed instead: one sequence ``[prefix | suffix 0 |
 suffix 1 | ...]`` with a 4-D mask, so the prefix's KV is loaded once rather
 than copied into every row.
 
+A stored segment can also be cut in two (`_cut_kv`: its first columns and
+the rest) when a later prompt shares only part of it, so a system prompt is
+prefilled once however its questions arrive: in full-attention
+`DynamicLayer`s the keys and values of a prefix are exactly the first
+columns of a longer sequence's. Models with other cache layers (sliding
+windows, linear attention or other recurrent states, shared KV) are
+detected at load time: prefix caching is turned off with a warning, and
+every prompt runs from scratch, still batched.
+
 The cache is a `DynamicCache` whose layers are `BufferLayer`s: they write new
 keys and values into a buffer reserved up front instead of `torch.cat`-ing
 the whole cache on every call, so a decoding step costs its new token, not a
@@ -28,6 +37,7 @@ the prompts' chains in the trie (a shared prompt is prefilled once).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -160,8 +170,16 @@ class HFLM(ModelLM):
             eos = tokenizer.eos_token_id
         eos_ids = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
         vocab_size = int(model.get_output_embeddings().weight.shape[0])
-        # Packing needs a kernel that honours a custom 4-D mask, and no sliding-window layers (it masks them all alike).
-        full_attention = all(type(layer) is DynamicLayer for layer in DynamicCache(config=model.config).layers)
+        # Chains, cuts and packed rows all assume full attention: one key/value column per position,
+        # never dropped. Exact type: DynamicSlidingWindowLayer and the quantized layers subclass DynamicLayer.
+        layers = DynamicCache(config=model.config).layers
+        full_attention = bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+        if not full_attention:
+            kinds = sorted({type(layer).__name__ for layer in layers}) or ["none from the config"]
+            warnings.warn(f"HFLM: prefix caching disabled, the model's cache layers ({', '.join(kinds)}) cannot be sliced", stacklevel=2)
+            self.prefix_caching = False
+        self.splits_kv = full_attention
+        # Packing also needs a kernel that honours a custom 4-D mask.
         self._can_pack = full_attention and model.config._attn_implementation in ("sdpa", "eager")
         return vocab_size, sorted(int(t) for t in eos_ids), tokenizer
 
@@ -282,6 +300,13 @@ class HFLM(ModelLM):
             keys.append(torch.cat([layer.keys[row, :, lo : P + head], layer.keys[row, :, last_col : last_col + 1]], dim=1))
             values.append(torch.cat([layer.values[row, :, lo : P + head], layer.values[row, :, last_col : last_col + 1]], dim=1))
         return TorchKV(keys, values)
+
+    @torch.inference_mode()
+    def _cut_kv(self, handle: TorchKV, n: int) -> tuple[TorchKV, TorchKV]:
+        """A stored segment's first `n` columns and the rest, as two segments (copies, so each frees its own memory)."""
+        head = TorchKV([k[:, :n].clone() for k in handle.keys], [v[:, :n].clone() for v in handle.values])
+        tail = TorchKV([k[:, n:].clone() for k in handle.keys], [v[:, n:].clone() for v in handle.values])
+        return head, tail
 
     # ------------------------------------------------------------------ live decoding
 

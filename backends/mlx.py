@@ -9,10 +9,17 @@ gives each row's next-token logits. Each row's new KV is then sliced out as
 ONE contiguous segment (or a full copy, when its chain got long) and stored in
 the trie.
 
-Only models whose caches are plain `KVCache`s can be sliced and trimmed this
-way. Others (sliding windows / `RotatingKVCache`, `ArraysCache` state-space
-layers, ...) are detected at load time: prefix caching is turned off with a
-warning and every prompt runs from scratch, still batched.
+A stored segment can also be cut in two (`_cut_kv`: its first positions and
+the rest, along the sequence axis) when a later prompt shares only part of
+it, so a system prompt is prefilled once however its questions arrive: in a
+plain `KVCache` the keys and values of a prefix are exactly the first columns
+of a longer sequence's.
+
+Only models whose caches are plain `KVCache`s can be sliced, trimmed and cut
+this way. Others (sliding windows / `RotatingKVCache`, `QuantizedKVCache`,
+`ArraysCache` state-space layers, ...) are detected at load time: prefix
+caching is turned off with a warning and every prompt runs from scratch,
+still batched.
 """
 
 from __future__ import annotations
@@ -89,10 +96,13 @@ class MLXLM(ModelLM):
             hf_tokenizer = tokenizer
             eos = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
         caches = make_prompt_cache(model)
-        if not all(type(c) is KVCache for c in caches):
+        # exact type: subclasses (RotatingKVCache, QuantizedKVCache, ...) keep KV that is not one row per position
+        plain = bool(caches) and all(type(c) is KVCache for c in caches)
+        if not plain:
             kinds = sorted({type(c).__name__ for c in caches})
             warnings.warn(f"MLXLM: prefix caching disabled, the model's caches ({', '.join(kinds)}) cannot be sliced", stacklevel=2)
             self.prefix_caching = False
+        self.splits_kv = plain
         vocab_size = int(model(mx.array([[0]])).shape[-1])  # output width, may exceed len(tokenizer)
         return vocab_size, sorted(int(t) for t in eos), hf_tokenizer
 
@@ -141,6 +151,13 @@ class MLXLM(ModelLM):
             keys.append(mx.contiguous(k[row : row + 1, :, begin:end]))
             values.append(mx.contiguous(v[row : row + 1, :, begin:end]))
         return MLXKV(keys, values)
+
+    def _cut_kv(self, handle: MLXKV, n: int) -> tuple[MLXKV, MLXKV]:
+        """A stored segment's first `n` positions and the rest, as two segments (sliced along the sequence axis)."""
+        head = MLXKV([mx.contiguous(k[:, :, :n]) for k in handle.keys], [mx.contiguous(v[:, :, :n]) for v in handle.values])
+        tail = MLXKV([mx.contiguous(k[:, :, n:]) for k in handle.keys], [mx.contiguous(v[:, :, n:]) for v in handle.values])
+        mx.eval(head.keys, head.values, tail.keys, tail.values)  # now: no lazy graph keeps the whole segment alive
+        return head, tail
 
     # ------------------------------------------------------------------ live decoding
 

@@ -5,6 +5,7 @@ seeded by the prefix's bytes, so they are reproducible across runs, batches
 and cache states. Its KV handles are `MockKV` records of the positions they
 cover; `_forward` checks that every chain it receives tiles ``[0, start)``
 exactly, so cache bugs surface as errors instead of silently wrong numbers.
+Its segments can be cut (`splits_kv`), as plain attention KV can.
 It is NOT a language model: never use it to judge output quality.
 """
 
@@ -84,7 +85,11 @@ class MockLM(AsyncLM):
         if eos is None:
             eos_id = getattr(tokenizer, "eos_token_id", None)
             eos = [] if eos_id is None else [int(eos_id)]
+        self.splits_kv = True
         return vocab, list(eos), tokenizer
+
+    def _cut_kv(self, handle: MockKV, n: int) -> tuple[MockKV, MockKV]:
+        return MockKV(handle.tokens[:n], handle.start), MockKV(handle.tokens[n:], handle.start + n)
 
     def _forward(self, jobs: list[Job]) -> list[tuple[np.ndarray, Any]]:
         out = []

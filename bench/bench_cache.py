@@ -6,6 +6,11 @@ Cases, on random llamas with real vocabularies (ratios matter, not absolute time
   prompt, concurrently through the async batcher, with the trie vs without
   (``prefix_caching=False``), as a ratio to the cost of prefilling the prompt
   once. Target: with the trie <= 1.3x (``target_met``).
+- ``shared_prompt_one_by_one``: the same requests one at a time, as a server
+  sees them arrive: the first stores the prompt's KV in one segment, the
+  second cuts the shared prompt out of it (``kv_splits``), the rest reuse
+  that; vs the same backend with cutting off (``splits_kv = False``: the
+  second recomputes the shared prompt on its own), as ratios to one prefill.
 - ``sample_n16``: ``batch_sample`` of 16 continuations (16 tokens each) of
   that prompt, with the trie vs without, as a ratio to one prefill.
 - ``throughput``: 8 distinct 128-token prompts, one at a time vs batch sizes 1/4/8.
@@ -97,6 +102,8 @@ def bench_shared_prompt(kind: str, model_dir: str, prompt: list[int], reps: int,
     reqs = [prompt + [100 + i] for i in range(n)]
     lm = _make(kind, model_dir, batch_size=n, timeout=0.01)
     plain = _make(kind, model_dir, batch_size=n, timeout=0.01, prefix_caching=False)
+    uncut = _make(kind, model_dir, batch_size=n, timeout=0.01)
+    uncut.splits_kv = False  # the trie as before KV segments could be cut
 
     def concurrent() -> None:
         async def main() -> None:
@@ -107,10 +114,15 @@ def bench_shared_prompt(kind: str, model_dir: str, prompt: list[int], reps: int,
     def sample(backend: Any) -> Callable[[], Any]:
         return lambda: backend.batch_sample_sync([prompt] * n, SAMPLE_TOKENS, [], seed=0)
 
+    def one_by_one(backend: Any) -> Callable[[], Any]:
+        return lambda: [backend.next_token_logprobs_sync(r) for r in reqs]
+
     cases = {
         "prefill_one": (lm, lambda: lm.next_token_logprobs_sync(prompt)),
         "trie": (lm, concurrent),
         "no_trie": (plain, lambda: plain.batch_next_token_logprobs_sync(reqs)),
+        "one_by_one": (lm, one_by_one(lm)),
+        "one_by_one_uncut": (uncut, one_by_one(uncut)),
         "sample": (lm, sample(lm)),
         "sample_no_trie": (plain, sample(plain)),
     }
@@ -118,17 +130,18 @@ def bench_shared_prompt(kind: str, model_dir: str, prompt: list[int], reps: int,
     # The no-trie baselines cost ~n prefills each: one timed run is plenty (and keeps MLX's slow BLAS bearable).
     slow = {k: cold.pop(k) for k in ("no_trie", "sample_no_trie")}
     t = _interleaved(cold, reps) | _interleaved(slow, 1, warm=False)
-    tokens, calls = {}, {}
+    tokens, calls, splits = {}, {}, {}
     for name, (backend, fn) in cases.items():  # one more run each, counting the model's work
         backend.clear_cache()
         backend.stats.clear()
         fn()
-        tokens[name], calls[name] = backend.stats["model_tokens"], backend.stats["forward_calls"]
+        tokens[name], calls[name], splits[name] = backend.stats["model_tokens"], backend.stats["forward_calls"], backend.stats["kv_splits"]
     lm.clear_cache()
     concurrent()
     held = lm.trie.nbytes
     lm.close()
     plain.close()
+    uncut.close()
     one = t["prefill_one"]
     _emit(
         case="shared_prompt", backend=kind, n=n, prompt_tokens=len(prompt),
@@ -137,6 +150,12 @@ def bench_shared_prompt(kind: str, model_dir: str, prompt: list[int], reps: int,
         prefill_one_s=round(one, 5), trie_s=round(t["trie"], 5), no_trie_s=round(t["no_trie"], 5),
         model_tokens_trie=tokens["trie"], model_tokens_no_trie=tokens["no_trie"],
         forward_calls_trie=calls["trie"], trie_bytes=held,
+    )  # fmt: skip
+    _emit(
+        case="shared_prompt_one_by_one", backend=kind, n=n, prompt_tokens=len(prompt),
+        cut_over_prefill=round(t["one_by_one"] / one, 3), uncut_over_prefill=round(t["one_by_one_uncut"] / one, 3),
+        cut_s=round(t["one_by_one"], 5), uncut_s=round(t["one_by_one_uncut"], 5),
+        model_tokens_cut=tokens["one_by_one"], model_tokens_uncut=tokens["one_by_one_uncut"], kv_splits=splits["one_by_one"],
     )  # fmt: skip
     _emit(
         case="sample_n16", backend=kind, n=n, max_tokens=SAMPLE_TOKENS, prompt_tokens=len(prompt),

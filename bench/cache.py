@@ -69,6 +69,9 @@ def _summary(rows: list[dict]) -> str:
             out.append([model, r["backend"], "16 x (shared 512-token prompt + 1)", f"{r['trie_over_prefill']}x (<= 1.3: {met})",
                         f"{r['no_trie_over_prefill']}x", est, f"{r['model_tokens_trie']} vs {r['model_tokens_no_trie']}",
                         r["trie_bytes"]])
+        elif r["case"] == "shared_prompt_one_by_one":
+            out.append([model, r["backend"], "the same 16, one at a time: KV cut vs not", f"{r['cut_over_prefill']}x (not cut: {r['uncut_over_prefill']}x)",
+                        None, None, f"{r['model_tokens_cut']} (not cut: {r['model_tokens_uncut']})", None])
         elif r["case"] == "sample_n16":
             out.append([model, r["backend"], "batch_sample n=16 x 16 tokens", f"{r['sample_over_prefill']}x",
                         f"{r['sample_no_trie_over_prefill']}x", None, f"{r['model_tokens']} vs {r['model_tokens_no_trie']}", None])

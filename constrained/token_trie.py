@@ -9,7 +9,10 @@ Every node stands for one token prefix. A node may hold:
   so the full KV of a prefix is the concatenation of a short chain of
   contiguous segments. A backend that computes a multi-token extension stores
   ONE segment for all its tokens, and may store a full segment
-  (``kv_start == 0``) to cut the chain short;
+  (``kv_start == 0``) to cut the chain short. A segment can also be *split*
+  (`split_kv`): a new prompt that branches inside it, past a shared system
+  prompt, gets the shared part as a segment of its own, cut out of the
+  stored one by the backend instead of computed again;
 - ``states``: a small dict constraint-key -> FSM state, for token-FSM guides.
 
 The trie never looks inside a handle; it sizes it by ``handle.nbytes``, like
@@ -26,7 +29,7 @@ Not thread-safe: a backend owns one trie and uses it from its worker thread.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -229,6 +232,61 @@ class TokenTrie:
         self._lru[(_KV, id(node))] = node
         self._enforce_budget()
 
+    def split_kv(self, tokens: Sequence[int], cut: Callable[[Any, int], tuple[Any, Any]], max_visits: int = 4096) -> bool:
+        """Give the prefix `tokens` KV of its own by cutting a stored segment that runs through it.
+
+        A prompt stored whole holds its KV on one node, so a later prompt that
+        shares only its first part (the system prompt, not the question) finds
+        no node with KV where they part, though the KV is there, inside the
+        segment. The nearest segment below `tokens` covers ``[start, end)``
+        with ``start < len(tokens) < end``; ``cut(handle, n)`` returns handles
+        for its first ``n = len(tokens) - start`` positions and for the rest.
+        The head goes on `tokens` (on the segment's old base), the tail stays
+        where it was, now based on `tokens`: nothing is computed again, and
+        the halves hold what the segment held.
+
+        Only a backend whose KV for a prefix is exactly the first positions of
+        a longer sequence's KV (plain attention caches) may pass a `cut`.
+
+        Args:
+            tokens: the prefix that should hold KV.
+            cut: ``(handle, n) -> (head, tail)``, the backend's slicer.
+            max_visits: most trie nodes searched below `tokens` for a segment.
+
+        Returns:
+            True if `tokens` holds KV now; False if no stored segment runs
+            through it (or none was found within `max_visits` nodes).
+
+        Example:
+            >>> class KV(tuple):
+            ...     nbytes = property(len)
+            >>> trie = TokenTrie()
+            >>> trie.put_kv([1, 2, 3, 4], KV([1, 2, 3, 4]), start=0)
+            >>> trie.split_kv([1, 2], lambda kv, n: (KV(kv[:n]), KV(kv[n:])))
+            True
+            >>> [(s.start, s.end, s.handle) for s in trie.kv_chain([1, 2, 3, 4])]
+            [(0, 2, (1, 2)), (2, 4, (3, 4))]
+        """
+        node = self.find(tokens)
+        if node is None or node.parent is None:
+            return False
+        if node.kv is not None:
+            return True
+        below = _first_kv_below(node, max_visits)
+        if below is None:
+            return False
+        # `below` is the first node with KV on its path down from `node`, so its
+        # base lies above `node`: its segment runs through `node`.
+        base = below.kv_base
+        head, tail = cut(below.kv, node.depth - below.kv_start)
+        self._nbytes += int(head.nbytes) + int(tail.nbytes) - int(below.kv.nbytes)
+        node.kv, node.kv_base = head, base  # the base loses `below` and gains `node`: same dependents
+        below.kv, below.kv_base = tail, node
+        node.dependents += 1
+        self._lru[(_KV, id(node))] = node
+        self._enforce_budget()
+        return True
+
     def get_state(self, tokens: Sequence[int], key: Hashable) -> Any:
         """The FSM state stored under `key` for `tokens`, or None."""
         node = self.find(tokens)
@@ -332,3 +390,15 @@ class TokenTrie:
                 leaves.append(node)
         for leaf in leaves:
             self._prune(leaf)
+
+
+def _first_kv_below(node: TrieNode, max_visits: int) -> TrieNode | None:
+    """A descendant of `node` holding KV with none between them (depth first), or None."""
+    stack = list(node.children.values())
+    while stack and max_visits > 0:
+        cur = stack.pop()
+        max_visits -= 1
+        if cur.kv is not None:
+            return cur
+        stack.extend(cur.children.values())
+    return None

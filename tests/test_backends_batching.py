@@ -40,16 +40,37 @@ def test_32_concurrent_requests_run_each_shared_prefix_once() -> None:
         assert lm.stats["kv_cache_hits"] == 32
 
 
-def test_a_system_prompt_sent_again_is_prefilled_at_most_twice() -> None:
-    system = [1 + (5 * j) % (V - 1) for j in range(30)]
+SYSTEM = [1 + (5 * j) % (V - 1) for j in range(30)]
+QUESTIONS = [[2 + i, 3 + i, 4] for i in range(6)]  # each starts with its own token
+
+
+@pytest.mark.parametrize("splits", [True, False])
+def test_a_system_prompt_sent_again_is_prefilled_once(splits: bool) -> None:
     with make() as lm:
-        for i in range(6):                     # one request at a time, as a server sees them
-            question = [2 + i, 3 + i, 4]
-            lp = lm.next_token_logprobs_sync(system + question)
-            np.testing.assert_array_equal(lp, mock_logprobs(tuple(system + question), V))
-        # the first request runs whole; the second splits off the shared 30 tokens (recomputed once,
-        # inside the first's KV segment they cannot be cut out); the others run their questions only
-        assert lm.stats["model_tokens"] == 33 + (30 + 3) + 4 * 3
+        lm.ensure_loaded()
+        lm.splits_kv = splits
+        for q in QUESTIONS:                     # one request at a time, as a server sees them
+            lp = lm.next_token_logprobs_sync(SYSTEM + q)
+            np.testing.assert_array_equal(lp, mock_logprobs(tuple(SYSTEM + q), V))
+        lm.next_token_logprobs_sync(SYSTEM + QUESTIONS[0] + [9])  # the first prompt's cut segment still extends
+        if splits:  # the second cuts the shared 30 tokens out of the first's KV segment; then questions only
+            assert lm.stats["model_tokens"] == 30 + 6 * 3 + 1 and lm.stats["kv_splits"] == 1
+        else:       # KV that cannot be cut: the second recomputes the 30 tokens once, on their own
+            assert lm.stats["model_tokens"] == 33 + (30 + 3) + 4 * 3 + 1 and lm.stats["kv_splits"] == 0
+
+
+def test_requests_arriving_while_one_is_in_flight_prefill_the_system_prompt_once() -> None:
+    with make(batch_size=2, timeout=0.01) as lm:
+
+        async def main() -> list[np.ndarray]:
+            first = asyncio.ensure_future(lm.next_token_logprobs(SYSTEM + QUESTIONS[0]))
+            await asyncio.sleep(0.05)           # flushed alone; the others queue behind it on the worker
+            rest = [lm.next_token_logprobs(SYSTEM + q) for q in QUESTIONS[1:]]
+            return await asyncio.gather(first, *rest)
+
+        for q, lp in zip(QUESTIONS, asyncio.run(main())):
+            np.testing.assert_array_equal(lp, mock_logprobs(tuple(SYSTEM + q), V))
+        assert lm.stats["model_tokens"] == 30 + 6 * 3
 
 
 def test_identical_concurrent_prompts_share_one_future() -> None:

@@ -1,8 +1,10 @@
 """MLXLM and HFLM on the same tiny random weights: differential tests.
 
 MLX vs HF, batched vs one-at-a-time, cached vs uncached, left-padded batches
-vs single prompts, chunked prefill, chain coalescing, sampling paths, and the
-32-concurrent-requests / 4-prefixes prefill count on real models.
+vs single prompts, chunked prefill, chain coalescing, sampling paths, the
+32-concurrent-requests / 4-prefixes prefill count on real models, KV segments
+cut at a shared prefix vs fresh prefills, and a system prompt prefilled once
+however its requests arrive.
 """
 
 from __future__ import annotations
@@ -147,6 +149,78 @@ def test_32_concurrent_requests_prefill_each_prefix_once(kind: str, model_dir, t
     assert np.abs(out[0] - ref[0]).max() < SAME and np.abs(out[31] - ref[1]).max() < SAME
 
 
+SYSTEM = "You are a careful assistant. Answer every question with one JSON object and nothing else. "
+QUESTIONS = ["Alpha: where is the Louvre?", "Bravo: how old is Ada?", "Charlie: name a prime.",
+             "Delta: what is 2 + 2?", "Echo: spell cat.", "Foxtrot: is the sky blue?"]
+
+
+def system_and_questions(tokenizer) -> tuple[list[int], list[list[int]]]:
+    system, questions = tokenizer.encode(SYSTEM), [tokenizer.encode(q) for q in QUESTIONS]
+    assert len({q[0] for q in questions}) == len(questions)  # prompts part right after the system prompt
+    return system, questions
+
+
+@pytest.mark.parametrize("kind", ["mlx", "hf"])
+def test_a_cut_kv_segment_gives_the_logprobs_of_a_fresh_prefill(kind: str, model_dir, tokenizer) -> None:
+    system, questions = system_and_questions(tokenizer)
+    q0, q1, q2 = questions[:3]
+    first, second = system + q0, system + q1
+    later = [first + [7, 8], second + q2, system + q2]  # on the head, on the tail, and on both cut halves
+    with make_backend(kind, model_dir) as lm:
+        got = [lm.next_token_logprobs_sync(first), lm.next_token_logprobs_sync(second)]
+        assert lm.stats["kv_splits"] == 1 and lm.stats["kv_reused_tokens"] == len(system)
+        assert [(s.start, s.end) for s in lm.trie.kv_chain(first)] == [(0, len(system)), (len(system), len(first))]
+        got += [lm.next_token_logprobs_sync(p) for p in later]
+        assert lm.stats["model_tokens"] == len(first) + len(q1) + 2 + len(q2) + len(q2)
+    for a, b in zip(got, reference(kind, model_dir, [first, second, *later])):
+        assert np.abs(a - b).max() < SAME
+
+
+async def _in_flight_then_together(lm, prompts: list[list[int]]) -> list[np.ndarray]:
+    """The first prompt on the worker alone, the others sent together while it runs."""
+    first = asyncio.ensure_future(lm.next_token_logprobs(prompts[0]))
+    await asyncio.sleep(0.05)
+    return list(await asyncio.gather(first, *(lm.next_token_logprobs(p) for p in prompts[1:])))
+
+
+async def _decode_loop_joins(lm, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
+    """A server's pattern: one request decoding, then the others join its loop together."""
+    from constrained.decoding import DecodeLoop, Row
+
+    rows = [Row(tuple(p), None, frozenset(), max_tokens, 1.0, 1.0, np.random.default_rng(i)) for i, p in enumerate(prompts)]
+    loop = DecodeLoop(lm)
+    first = asyncio.ensure_future(loop.run(rows[:1]))
+    while loop.steps < 1:
+        await asyncio.sleep(0.001)
+    await asyncio.gather(first, loop.run(rows[1:]))
+    assert all(r.status == "max_tokens" and len(r.tokens) == max_tokens for r in rows)
+    return [r.tokens for r in rows]
+
+
+@pytest.mark.parametrize("kind", ["mlx", "hf"])
+@pytest.mark.parametrize("arrival", ["one at a time", "while one is in flight", "joining a decode loop"])
+def test_a_system_prompt_is_prefilled_once_across_requests(kind: str, arrival: str, model_dir, tokenizer) -> None:
+    system, questions = system_and_questions(tokenizer)
+    prompts = [system + q for q in questions]
+    T = 4  # tokens per row in the decode loop: T - 1 of them run through the model after the prompt
+    with make_backend(kind, model_dir, batch_size=2, timeout=0.01) as lm:
+        if arrival == "one at a time":
+            got = [lm.next_token_logprobs_sync(p) for p in prompts]
+        elif arrival == "while one is in flight":
+            got = asyncio.run(_in_flight_then_together(lm, prompts))
+        else:
+            samples = asyncio.run(_decode_loop_joins(lm, prompts, T))
+            got = [lm.next_token_logprobs_sync(p) for p in prompts]  # cached: no model work
+        generated = len(prompts) * (T - 1) if arrival == "joining a decode loop" else 0
+        assert lm.stats["model_tokens"] == len(system) + sum(map(len, questions)) + generated
+        assert lm.stats["kv_splits"] >= 1
+    for a, b in zip(got, reference(kind, model_dir, prompts)):
+        assert np.abs(a - b).max() < SAME
+    if arrival == "joining a decode loop":  # the rows decoded on cut KV sample what fresh prefills would
+        with make_backend(kind, model_dir, prefix_caching=False) as fresh:
+            assert asyncio.run(_decode_loop_joins(fresh, prompts, T)) == samples
+
+
 def test_sampling_paths_agree(model_dir, tokenizer) -> None:
     prompt = tokenizer.encode('{"name": ')
     with make_backend("mlx", model_dir) as mlx_lm, make_backend("hf", model_dir) as hf_lm:
@@ -250,10 +324,36 @@ def test_unsliceable_caches_disable_prefix_caching(tokenizer) -> None:
         lm.ensure_loaded()
     with lm:
         assert any("prefix caching disabled" in str(w.message) for w in caught)
-        assert not lm.prefix_caching
+        assert not lm.prefix_caching and not lm.splits_kv
         got = lm.batch_next_token_logprobs_sync(ps)
         assert lm.trie.longest_kv(ps[1]) == [] and lm.stats["kv_reused_tokens"] == 0
         assert lm.batch_sample_sync([ps[0]], 3, [], seed=0)[0].__len__() == 3
+    for a, b in zip(got, want):
+        assert np.abs(a - b).max() < SAME
+
+
+def test_hf_sliding_window_layers_disable_prefix_caching(tokenizer) -> None:
+    """A window drops old columns: no chain, cut or packed row may reuse them; every prompt runs whole."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from backends.tiny import tiny_config
+
+    cfg = tiny_config("qwen2", len(tokenizer), use_sliding_window=True, sliding_window=4, max_window_layers=0)
+    torch.manual_seed(2)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+    ps = [[5, 6, 7, 8, 9, 10], [5, 6, 7, 8, 9, 10, 11, 12], [5, 6, 7, 8, 20, 21]]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        lm = HFLM(model, tokenizer)
+        lm.ensure_loaded()
+    with lm:
+        assert any("prefix caching disabled" in str(w.message) and "DynamicSlidingWindowLayer" in str(w.message) for w in caught)
+        assert not lm.prefix_caching and not lm.splits_kv
+        got = [lm.next_token_logprobs_sync(p) for p in ps]  # used to fail: a window layer has no buffer to reserve
+        assert lm.stats["model_tokens"] == sum(map(len, ps)) and lm.stats["kv_splits"] == 0
+    with torch.no_grad():
+        want = [torch.log_softmax(model(torch.tensor([p])).logits[0, -1], -1).numpy() for p in ps]
     for a, b in zip(got, want):
         assert np.abs(a - b).max() < SAME
 

@@ -26,6 +26,11 @@ def put(trie: TokenTrie, tokens: list[int], start: int) -> None:
     trie.put_kv(tokens, FakeKV(tuple(tokens[start:])), start)
 
 
+def cut(kv: FakeKV, n: int) -> tuple[FakeKV, FakeKV]:
+    assert 0 < n < len(kv.tokens), "a cut must leave both halves non-empty"
+    return FakeKV(kv.tokens[:n]), FakeKV(kv.tokens[n:])
+
+
 def covered(chain) -> tuple[int, ...]:
     """Concatenate a chain's tokens, checking the segments tile [0, end)."""
     out: tuple[int, ...] = ()
@@ -108,6 +113,34 @@ def test_full_segment_unpins_its_ancestors() -> None:
     assert covered(trie.longest_kv([1, 2, 3, 4, 5])) == (1, 2, 3, 4)
 
 
+def test_split_cuts_the_segment_that_runs_through_a_prefix() -> None:
+    trie = TokenTrie()
+    put(trie, [1, 2], 0)
+    put(trie, [1, 2, 3, 4, 5, 6], 2)         # one segment [2, 6) on the base [0, 2)
+    held = trie.nbytes
+    assert trie.split_kv([1, 2, 3, 4, 9], cut) is False  # not a path in the trie
+    assert trie.split_kv([1, 2, 3, 4], cut) is True
+    assert [(s.start, s.end) for s in trie.longest_kv([1, 2, 3, 4, 9])] == [(0, 2), (2, 4)]
+    chain = trie.kv_chain([1, 2, 3, 4, 5, 6])
+    assert [(s.start, s.end) for s in chain] == [(0, 2), (2, 4), (4, 6)] and covered(chain) == (1, 2, 3, 4, 5, 6)
+    assert trie.nbytes == held                # the halves hold what the segment held
+    assert trie.find([1, 2]).dependents == 1 and trie.find([1, 2, 3, 4]).dependents == 1
+    assert trie.split_kv([1, 2, 3, 4], cut) is True and trie.nbytes == held  # already holds KV: nothing cut
+    trie.evict_to(held - 20)                  # the tail goes; the shared head and its base stay
+    assert trie.kv_chain([1, 2, 3, 4, 5, 6]) == [] and covered(trie.kv_chain([1, 2, 3, 4])) == (1, 2, 3, 4)
+
+
+def test_split_finds_no_segment_where_none_runs_through() -> None:
+    trie = TokenTrie()
+    put(trie, [1, 2, 3], 0)
+    trie.put_logprobs([1, 2, 3, 4, 5], np.zeros(2, np.float32))  # a path below [1, 2, 3, 4] without KV
+    assert trie.split_kv([1, 2, 3, 4], cut) is False
+    assert trie.split_kv([1, 2], cut) is True  # [1, 2, 3]'s segment runs through [1, 2]
+    assert trie.split_kv([1, 2, 7], cut) is False
+    put(trie, [5, 6, 7, 8], 0)
+    assert trie.split_kv([5, 6], cut, max_visits=1) is False and trie.split_kv([5, 6], cut, max_visits=2) is True
+
+
 def test_clear_kv_keeps_logprobs() -> None:
     trie = TokenTrie()
     put(trie, [1, 2, 3], 0)
@@ -130,6 +163,8 @@ def test_random_operations_keep_every_chain_complete() -> None:
         put(trie, p, 0 if len(chain) >= 3 or rng.random() < 0.2 else start)
         if rng.random() < 0.3:
             trie.put_logprobs(p, np.zeros(rng.randrange(1, 30), np.float32))
+        if rng.random() < 0.3:
+            trie.split_kv(p[: rng.randrange(1, len(p))], cut)
         assert trie.nbytes <= 600
     total = 0
     stack = [trie.root]
