@@ -127,7 +127,7 @@ class Server:
             constraint["options"] = {**constraint["options"], "max_states": self.max_states}
         max_tokens = getattr(req, "max_completion_tokens", None) or req.max_tokens or self.default_max_tokens
         request = GenerationRequest(ids, max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p,
-                                    seed=req.seed, n=req.n, stop=() if constraint else (req.stop or ()), **constraint)
+                                    seed=req.seed, n=req.n, stop=req.stop or (), **constraint)
         plan = RequestStream.prepare(self.lm, request)
         if plan.error is not None:
             raise _api_error(plan.error, param)
@@ -272,6 +272,8 @@ def _finish_reason(gen: Generation, tools: bool) -> str:
         raise APIError(500, f"generation failed: {gen.error}", code="generation_error")
     if gen.status == "max_tokens":
         return "length"                           # cut off: the text is not a complete document
+    if gen.status == "stop":
+        return "stop"                             # cut at a stop sequence before the document was complete
     return "tool_calls" if tools else "stop"
 
 
@@ -297,12 +299,14 @@ def _response(req: _Req, plan: RequestStream, gens: list[Generation], model_id: 
     for i, gen in enumerate(gens):
         reason = _finish_reason(gen, tools)
         if isinstance(req, CompletionRequest):
-            choices.append({"index": i, "text": gen.text, "finish_reason": reason, "logprobs": None})
+            choices.append({"index": i, "text": gen.text, "finish_reason": reason, "stop_reason": gen.stop_sequence,
+                            "logprobs": None})
             continue
         message: dict[str, Any] = {"role": "assistant", "content": gen.text}
         if reason == "tool_calls":
             message = {"role": "assistant", "content": None, "tool_calls": _tool_calls(gen)}
-        choices.append({"index": i, "message": message, "finish_reason": reason, "logprobs": None})
+        choices.append({"index": i, "message": message, "finish_reason": reason, "stop_reason": gen.stop_sequence,
+                        "logprobs": None})
     chat = isinstance(req, ChatCompletionRequest)
     return {"id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}",
             "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
@@ -328,10 +332,13 @@ class _Chunks:
     def text_delta(self, text: str) -> dict[str, Any]:
         return {"content": text} if self.chat else {"text": text}
 
-    def choice(self, index: int, delta: dict[str, Any], reason: str | None = None) -> dict[str, Any]:
-        if self.chat:
-            return {"index": index, "delta": delta, "finish_reason": reason, "logprobs": None}
-        return {"index": index, "text": delta.get("text", ""), "finish_reason": reason, "logprobs": None}
+    def choice(self, index: int, delta: dict[str, Any], reason: str | None = None,
+               stop_reason: str | None = None) -> dict[str, Any]:
+        out = {"index": index, "delta": delta} if self.chat else {"index": index, "text": delta.get("text", "")}
+        out.update(finish_reason=reason, logprobs=None)
+        if reason is not None:
+            out["stop_reason"] = stop_reason
+        return out
 
     def usage(self) -> dict[str, int]:
         return _usage(self.prompt_tokens, self.done)
@@ -349,7 +356,7 @@ class _Chunks:
         elif self.tools:                              # a cut-off tool call: its text, as content
             delta = self.text_delta(gen.text)
         last = len(self.done) == self.req.n and not self.req.include_usage
-        return self.chunk([self.choice(index, delta, reason)], self.usage() if last else None)
+        return self.chunk([self.choice(index, delta, reason, gen.stop_sequence)], self.usage() if last else None)
 
 
 def _sse_data(obj: dict[str, Any]) -> str:
