@@ -470,6 +470,7 @@ def _prepare(lm: AsyncLM, request: GenerationRequest) -> _Job:
         job.vocab = vocab = model_vocabulary(lm)
         prompt = _prompt_ids(lm, request)
         job.prompt_tokens = len(prompt)
+        _check_context(lm, len(prompt), request.max_tokens)
         started = time.perf_counter()
         fsm = _compile(request, vocab)
         job.compile_ms = (time.perf_counter() - started) * 1000
@@ -579,6 +580,15 @@ def _prompt_ids(lm: AsyncLM, request: GenerationRequest) -> tuple[int, ...]:
     if bad:
         raise ValueError(f"prompt token ids must be integers in [0, {lm.vocab_size}), got {bad[:5]}")
     return tuple(int(t) for t in ids)
+
+
+def _check_context(lm: AsyncLM, prompt_tokens: int, max_tokens: int) -> None:
+    """ValueError when the prompt and `max_tokens` overflow a backend's fixed context (vLLM's `max_model_len`),
+    so the request is refused up front instead of failing, or being cut short, in the engine."""
+    limit = getattr(lm, "max_model_len", None)
+    if limit is not None and prompt_tokens + max_tokens > limit:
+        raise ValueError(f"the prompt's {prompt_tokens} tokens plus max_tokens={max_tokens} exceed the model's "
+                         f"context of {limit} tokens (max_model_len); shorten the prompt or lower max_tokens")
 
 
 def _parse(request: GenerationRequest, text: str) -> Any:

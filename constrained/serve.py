@@ -1,6 +1,6 @@
 """`constrained serve`: an OpenAI-compatible HTTP server on FastAPI and uvicorn.
 
-    constrained serve --model DIR [--backend mlx|hf] [--host 127.0.0.1] [--port 8000]
+    constrained serve --model DIR [--backend mlx|hf|vllm] [--host 127.0.0.1] [--port 8000]
 
 Endpoints: ``POST /v1/chat/completions``, ``POST /v1/completions`` (both with
 ``stream: true`` as server-sent events ending ``data: [DONE]``),
@@ -16,13 +16,16 @@ How a request runs:
 3. its rows join the server's one `DecodeLoop`: every live row of every
    request advances in one backend call per step, and the backend's prefix
    trie shares prompt prefills between requests (one system prompt is
-   prefilled once);
+   prefilled once). On vLLM (``--backend vllm``) each row is instead one
+   request to vLLM's engine, where our logits processor masks it and vLLM
+   batches, schedules and caches prefixes (`backends.vllm`);
 4. a streamed request sends each text delta as it is accepted; a client that
    disconnects cancels its rows, which leave the loop at the next step.
 
 Each sample draws from its own generator seeded ``[seed, sample index]``, so a
 seeded request gets the same samples whether it runs alone or among others
-(up to float rounding in differently shaped batches).
+(up to float rounding in differently shaped batches); on vLLM, vLLM draws
+them, from a seed derived from the same pair.
 
 This module imports FastAPI; `import constrained` does not import it.
 """
@@ -51,7 +54,7 @@ from constrained.streaming import RequestStream
 if TYPE_CHECKING:
     from backends.base import AsyncLM
 
-__all__ = ["Server", "create_app"]
+__all__ = ["Server", "create_app", "listen", "serve", "uvicorn_server"]
 
 _Req = ChatCompletionRequest | CompletionRequest
 
@@ -82,16 +85,23 @@ class Server:
 
     @property
     def decoder(self) -> DecodeLoop:
-        """The shared decode loop (made on first use, on the server's event loop)."""
+        """The shared decode loop (made on first use, on the server's event loop; unused on vLLM, whose engine
+        runs the rows)."""
         if self._loop is None:
             self._loop = DecodeLoop(self.lm)
         return self._loop
 
     def health(self) -> dict[str, Any]:
-        """What `/health` reports: the model, rows decoding now, steps so far, the backend's counters."""
+        """What `/health` reports: the model, rows decoding now, steps so far, the backend's counters.
+
+        On an engine backend (vLLM) the rows are those in its engine, and the steps are its own (not counted here).
+        """
         loop = self._loop
+        rows = getattr(self.lm, "live_rows", None)
+        if rows is None:
+            rows = 0 if loop is None else loop.rows
         return {"status": "ok", "model": self.model_id, "backend": self.lm.backend_name,
-                "rows": 0 if loop is None else loop.rows, "steps": 0 if loop is None else loop.steps,
+                "rows": rows, "steps": 0 if loop is None else loop.steps,
                 "requests_served": self.served, "stats": dict(self.lm.stats)}
 
     # ------------------------------------------------------------------ requests
@@ -125,7 +135,11 @@ class Server:
             ids = list(tok.encode(req.prompt)) if isinstance(req.prompt, str) else list(req.prompt)
         if self.max_states is not None and constraint:
             constraint["options"] = {**constraint["options"], "max_states": self.max_states}
-        max_tokens = getattr(req, "max_completion_tokens", None) or req.max_tokens or self.default_max_tokens
+        max_tokens = getattr(req, "max_completion_tokens", None) or req.max_tokens
+        if max_tokens is None:              # the server's default, within a fixed context (vLLM's max_model_len)
+            limit = getattr(self.lm, "max_model_len", None)
+            room = self.default_max_tokens if limit is None else limit - len(ids)
+            max_tokens = max(1, min(self.default_max_tokens, room))
         request = GenerationRequest(ids, max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p,
                                     seed=req.seed, n=req.n, stop=req.stop or (), **constraint)
         plan = RequestStream.prepare(self.lm, request)
@@ -369,17 +383,47 @@ def serve(lm: AsyncLM, model_id: str, *, host: str = "127.0.0.1", port: int = 80
 
     The socket is bound here, so ``port=0`` picks a free port; the line
     ``constrained serve: listening on http://HOST:PORT`` on stderr gives it.
+    The backend is closed on the way out (a vLLM engine is shut down).
 
     Example:
         >>> serve(lm, "tiny", port=0)  # doctest: +SKIP
     """
-    import socket
+    import signal
     import sys
+    import threading
 
-    import uvicorn
+    if threading.current_thread() is threading.main_thread():
+        # uvicorn, once shut down, raises again the SIGTERM that stopped it: as an exception here, so the
+        # backend is closed below (a vLLM engine's own process would otherwise outlive the server)
+        signal.signal(signal.SIGTERM, _terminated)
+    try:
+        _warm_up(lm)
+        server = Server(lm, model_id, default_max_tokens=default_max_tokens, max_states=max_states)
+        sock = listen(host, port)
+        bound = sock.getsockname()[1]
+        shown = f"[{host}]" if ":" in host else host
+        print(f"constrained serve: {model_id!r} ({lm.backend_name}) listening on http://{shown}:{bound}",
+              file=sys.stderr, flush=True)
+        uvicorn_server(server, log_level).run(sockets=[sock])
+    finally:
+        lm.close()
+    return 0
 
-    _warm_up(lm)
-    server = Server(lm, model_id, default_max_tokens=default_max_tokens, max_states=max_states)
+
+def _terminated(sig: int, frame: Any) -> None:
+    raise SystemExit(128 + sig)
+
+
+def listen(host: str, port: int) -> Any:
+    """A TCP socket bound to (`host`, `port`) and listening (port 0: a free one).
+
+    Example:
+        >>> sock = listen("127.0.0.1", 0); sock.getsockname()[1] > 0
+        True
+        >>> sock.close()
+    """
+    import socket
+
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto IPPROTO_TCP: asyncio sets TCP_NODELAY only on such sockets (and accepted ones inherit it);
     # with Nagle on, each streamed chunk waited for the client's delayed ACK, about 40 ms
@@ -387,13 +431,19 @@ def serve(lm: AsyncLM, model_id: str, *, host: str = "127.0.0.1", port: int = 80
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(2048)          # from here connections wait in the backlog until uvicorn accepts them
-    bound = sock.getsockname()[1]
-    shown = f"[{host}]" if family == socket.AF_INET6 else host
-    print(f"constrained serve: {model_id!r} ({lm.backend_name}) listening on http://{shown}:{bound}",
-          file=sys.stderr, flush=True)
+    return sock
+
+
+def uvicorn_server(server: Server, log_level: str = "warning") -> Any:
+    """The `uvicorn.Server` of `server`'s app; ``.run(sockets=[listen(...)])`` serves until it is told to exit.
+
+    Example:
+        >>> uvicorn_server(Server(lm, "tiny")).run(sockets=[listen("127.0.0.1", 0)])  # doctest: +SKIP
+    """
+    import uvicorn
+
     config = uvicorn.Config(create_app(server), log_level=log_level, access_log=False, timeout_graceful_shutdown=5)
-    uvicorn.Server(config).run(sockets=[sock])
-    return 0
+    return uvicorn.Server(config)
 
 
 def _warm_up(lm: AsyncLM) -> None:

@@ -383,6 +383,33 @@ def test_unknown_model_is_404(client: Any) -> None:
     assert e.value.body["code"] == "model_not_found"
 
 
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--backend", "vllm", "--batch-size", "4"], "--batch-size does not apply to --backend vllm"),
+    (["--backend", "vllm", "--cache-mb", "64"], "--cache-mb does not apply to --backend vllm"),
+    (["--backend", "vllm", "--vllm-args", "{max_model_len: 1}"], "--vllm-args is not valid JSON"),
+    (["--backend", "vllm", "--vllm-args", "[1]"], "--vllm-args must be a JSON object"),
+    (["--backend", "vllm", "--vllm-args", '{"model": "x"}'], "give the model with --model"),
+    (["--backend", "hf", "--vllm-args", "{}"], "--vllm-args goes with --backend vllm"),
+])
+def test_serve_flags_are_checked_before_any_model_loads(capsys: pytest.CaptureFixture[str], argv: list[str],
+                                                        message: str) -> None:
+    from constrained.cli import main
+
+    assert main(["serve", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_serve_vllm_without_vllm_names_the_install(capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    from constrained.cli import main
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here (tests/vllm serves on it)")
+    assert main(["serve", "--backend", "vllm"]) == 2
+    assert "pip install 'constrained[vllm]'" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------------------- load, seeds, cancellation
 
 
