@@ -144,13 +144,25 @@ def test_past_the_context_is_400_before_the_engine(client: Any, url: str, vlm: A
     assert _health(url)["stats"].get("engine_requests", 0) == before
 
 
-def test_leaving_a_stream_aborts_its_request_in_the_engine(client: Any, url: str, vlm: Any) -> None:
+def test_leaving_a_stream_aborts_its_request_in_the_engine(client: Any, url: str, vlm: Any,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.vllm.conftest import record_aborts
+
+    aborted = record_aborts(vlm, monkeypatch)
     stream = client.completions.create(model=MODEL, prompt="Tell a long story:", seed=6, max_tokens=400, stream=True)
     for i, _ in enumerate(stream):
         if i == 2:
             break
     stream.close()
     deadline = time.monotonic() + 20
-    while _health(url)["rows"] or vlm.model.get_num_unfinished_requests():
-        assert time.monotonic() < deadline, "the request is still in the engine"
+    while not aborted or _health(url)["rows"] or vlm.model.get_num_unfinished_requests():
+        assert time.monotonic() < deadline, f"not aborted in the engine: {aborted}, {_health(url)['rows']} rows"
         time.sleep(0.1)
+    assert len(aborted) == 1
+
+
+def test_unknown_engine_argument_is_refused_before_the_engine(capsys: pytest.CaptureFixture[str]) -> None:
+    from constrained.cli import main
+
+    assert main(["serve", "--backend", "vllm", "--vllm-args", '{"max_model_len": 64, "no_such_arg": 1}']) == 2
+    assert "'no_such_arg' is not a vLLM engine argument" in capsys.readouterr().err
