@@ -8,11 +8,14 @@ Two ways in:
   cache shares their common prefixes. A next-token distribution is a
   one-token request with ``logprobs=-1`` (the whole vocabulary, flat), kept
   in the base class's logprobs cache (the token trie, bounded by bytes);
-- `generate_in_engine`, which `constrained.generate(..., backend="vllm")`
-  uses: every sample is one vLLM request carrying its constraint in
-  ``extra_args``, masked inside the engine by
+- `generate_in_engine`, which `constrained.generate(..., backend="vllm")`,
+  `constrained.stream` and `constrained serve --backend vllm` use: every
+  sample is one vLLM request carrying its constraint in ``extra_args``,
+  masked inside the engine by
   `constrained.vllm_processor.ConstrainedLogitsProcessor`, so the whole decode
-  loop runs in vLLM.
+  loop runs in vLLM. Tokens come back as vLLM makes them when the caller
+  follows them (streaming, stop sequences), and a row that ends early is
+  aborted in the engine.
 
 The engine is vLLM's `AsyncLLM` (its engine core runs in a child process); its
 event loop runs on a thread of its own, so the synchronous API, the base
@@ -27,6 +30,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import threading
 from collections.abc import Callable, Coroutine, Sequence
@@ -94,6 +98,7 @@ class AsyncVirtualLM(AsyncLM):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._ids = itertools.count()
+        self.live_rows = 0                    # rows of `generate_in_engine` now in the engine
         super().__init__(self._start_engine, prefix_caching=False, **opts)
 
     @classmethod
@@ -137,6 +142,12 @@ class AsyncVirtualLM(AsyncLM):
         config = model.model_config
         return int(config.get_vocab_size()), eos_token_ids(config, tokenizer), tokenizer
 
+    @property
+    def max_model_len(self) -> int:
+        """The engine's context length: prompt plus output tokens of one request (vLLM's ``max_model_len``)."""
+        self.ensure_loaded()
+        return int(self.model.model_config.max_model_len)
+
     def _on_loop(self, coro: Coroutine[Any, Any, Any]) -> Future[Any]:
         """Run `coro` on the engine's loop; a concurrent future of its result."""
         return asyncio.run_coroutine_threadsafe(coro, self._loop)
@@ -159,6 +170,9 @@ class AsyncVirtualLM(AsyncLM):
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._loop_thread.join(timeout=10)
+        # dropped now, while the interpreter is whole: vLLM's `__del__` shuts it down again, which fails
+        # (a noisy "Exception ignored") if it runs at interpreter exit
+        self.model = None
 
     # ------------------------------------------------------------------ AsyncLM hooks
 
@@ -197,20 +211,11 @@ class AsyncVirtualLM(AsyncLM):
         self.ensure_loaded()
         return self._on_loop(run())
 
-    @staticmethod
-    def _params(max_tokens: int, temperature: float, top_p: float, stop: list[int], seed: int | None,
-                constraint: dict[str, Any] | None = None) -> SamplingParams:
-        """Sampling parameters of one row: it stops on exactly `stop` (EOS ids), not on the tokenizer's EOS."""
-        return SamplingParams(
-            max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed, ignore_eos=True,
-            stop_token_ids=stop, detokenize=False, output_kind=RequestOutputKind.FINAL_ONLY,
-            extra_args=None if constraint is None else {"constrained": constraint},
-        )  # fmt: skip
-
     # ------------------------------------------------------------------ constrained generation
 
     async def generate_in_engine(self, rows: Sequence[Row], constraints: Sequence[dict[str, Any] | None],
-                                 seeds: Sequence[int | None], on_done: Callable[[Row], None] | None = None) -> None:
+                                 seeds: Sequence[int | None], on_done: Callable[[Row], None] | None = None,
+                                 on_token: Callable[[Row], Any] | None = None) -> None:
         """Run each row as one vLLM request, masked in the engine by its constraint; fill in the rows.
 
         Args:
@@ -218,26 +223,90 @@ class AsyncVirtualLM(AsyncLM):
             constraints: each row's ``extra_args["constrained"]`` entry (None: free text).
             seeds: each row's vLLM seed (None: unseeded).
             on_done: called once per row as it finishes.
+            on_token: called after each token a row receives, as the engine produces
+                them (streaming, stop sequences); a row it gives a status (a stop
+                sequence seen) is aborted in the engine at once. Without it, each
+                row's tokens arrive once, when it ends.
 
-        Each finished row's tokens are replayed through its guide, so a
+        Each token is replayed through the row's guide as it arrives, so a
         result is "complete" only when our automaton accepts it; a token the
         constraint forbids (the processor not loaded in this engine) makes
-        the row an "error".
+        the row an "error". Cancelling the call aborts its requests in vLLM.
         """
         self.ensure_loaded()
 
         async def one(row: Row, constraint: dict[str, Any] | None, seed: int | None) -> None:
             if row.status is None:
-                params = self._params(row.max_tokens, row.temperature, row.top_p, sorted(row.eos), seed, constraint)
+                kind = RequestOutputKind.FINAL_ONLY if on_token is None else RequestOutputKind.DELTA
+                params = self._params(row.max_tokens, row.temperature, row.top_p, sorted(row.eos), seed, constraint,
+                                      kind)
+                self.live_rows += 1
+                self.stats["engine_requests"] += 1
                 try:
-                    out = await asyncio.wrap_future(self._on_loop(self._final(row.prompt, params)))
-                    _finish(row, list(out.token_ids), out.finish_reason)
+                    await self._follow(row, params, on_token)
+                except asyncio.CancelledError:
+                    if row.status is None:
+                        row.fail("cancelled")
+                    raise
                 except Exception as e:  # noqa: BLE001 - one failed request ends its row only
                     row.fail(f"backend error: {type(e).__name__}: {e}")
+                finally:
+                    self.live_rows -= 1
             if on_done is not None:
                 on_done(row)
 
         await asyncio.gather(*(one(r, c, s) for r, c, s in zip(rows, constraints, seeds)))
+
+    async def _follow(self, row: Row, params: SamplingParams, on_token: Callable[[Row], Any] | None) -> None:
+        """Caller's loop: submit `row` to the engine and take its outputs as they come; stop early once the row
+        has a status (a stop sequence, a forbidden token), which aborts the engine request."""
+        caller = asyncio.get_running_loop()
+        outputs: asyncio.Queue[Any] = asyncio.Queue()
+
+        def hand_over(item: Any) -> None:           # engine loop -> caller's loop
+            with contextlib.suppress(RuntimeError):  # the caller's loop has closed: nobody is reading
+                caller.call_soon_threadsafe(outputs.put_nowait, item)
+
+        async def pump() -> None:                   # engine loop
+            try:
+                async for out in self.model.generate(TokensPrompt(prompt_token_ids=list(row.prompt)), params,
+                                                     f"constrained-{next(self._ids)}"):
+                    hand_over(out.outputs[0])
+            finally:
+                hand_over(None)
+
+        engine = self._on_loop(pump())
+        try:
+            while (out := await outputs.get()) is not None:
+                finished = out.finish_reason is not None
+                tokens = list(out.token_ids)
+                ended = finished and bool(tokens) and tokens[-1] in row.eos
+                for tok in tokens[:-1] if ended else tokens:
+                    if not _take(row, tok):
+                        return
+                    if on_token is not None:
+                        on_token(row)
+                    if row.status is not None:      # ended here: the engine request is aborted below
+                        return
+                if finished:
+                    _end(row, ended, out.finish_reason)
+                    return
+            await asyncio.wrap_future(engine)       # the engine's exception, if it ended without a final output
+            row.fail("the engine ended the request without a final output")
+        finally:
+            if not engine.done():
+                engine.cancel()                     # cancels `pump` on the engine loop: vLLM aborts the request
+
+    @staticmethod
+    def _params(max_tokens: int, temperature: float, top_p: float, stop: list[int], seed: int | None,
+                constraint: dict[str, Any] | None = None,
+                kind: RequestOutputKind = RequestOutputKind.FINAL_ONLY) -> SamplingParams:
+        """Sampling parameters of one row: it stops on exactly `stop` (EOS ids), not on the tokenizer's EOS."""
+        return SamplingParams(
+            max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed, ignore_eos=True,
+            stop_token_ids=stop, detokenize=False, output_kind=kind,
+            extra_args=None if constraint is None else {"constrained": constraint},
+        )  # fmt: skip
 
 
 _FQCN = "constrained.vllm_processor:ConstrainedLogitsProcessor"
@@ -254,28 +323,30 @@ def _strip_eos(tokens: list[int], eos: Sequence[int]) -> list[int]:
     return tokens[:-1] if tokens and tokens[-1] in eos else tokens
 
 
-def _finish(row: Row, tokens: list[int], finish_reason: str | None) -> None:
-    """Set `row`'s tokens and status from the engine's output, checking them against its guide."""
-    ended = bool(tokens) and tokens[-1] in row.eos
-    if ended:
-        tokens = tokens[:-1]
+def _take(row: Row, tok: int) -> bool:
+    """Append one engine-sampled token to `row`, replaying it through the guide; False (the row failed) if the
+    constraint forbids it. A step the budget restricted in the engine is counted as steered here too."""
     guide, budget = row.guide, row.budget
-    if guide is None:
-        row.tokens = tokens
-        row.status = "complete" if ended else "max_tokens"
-        return
-    for k, tok in enumerate(tokens):
+    if guide is not None:
+        k = len(row.tokens)
         if budget is not None and budget.restrict(guide.state, row.max_tokens - k) is not None:
             row.steered += 1           # the processor restricted this step the same way
         if not guide.advance(tok):
-            row.tokens = tokens[:k]
             row.fail(f"the engine sampled token {tok}, which the constraint forbids, at position {k}: "
                      "is ConstrainedLogitsProcessor loaded in this engine?")
-            return
-    row.tokens = tokens
-    if guide.is_accepting() and (ended or guide.is_finished() or len(tokens) >= row.max_tokens):
+            return False
+    row.tokens.append(int(tok))
+    return True
+
+
+def _end(row: Row, ended: bool, finish_reason: str | None) -> None:
+    """`row`'s status once the engine finished it (`ended`: by an EOS id), checked against its guide."""
+    guide = row.guide
+    if guide is None:
+        row.status = "complete" if ended else "max_tokens"
+    elif guide.is_accepting() and (ended or guide.is_finished() or len(row.tokens) >= row.max_tokens):
         row.status = "complete"
-    elif finish_reason == "length" or len(tokens) >= row.max_tokens:
+    elif finish_reason == "length" or len(row.tokens) >= row.max_tokens:
         row.status = "max_tokens"
     else:
         row.fail(f"the engine ended the sample early ({finish_reason}) with incomplete output: "

@@ -8,7 +8,8 @@ sample of every prompt, and the backend's token trie shares prompt prefills
 between samples and between requests.
 
 Results are `Generation`s. A truncated output is never reported as valid:
-status "max_tokens" comes with ``value=None``.
+status "max_tokens" comes with ``value=None``, and so does status "stop", a
+text that a stop sequence cut before its document was complete.
 
 Example:
     >>> gens = generate("path/to/model", "A person:", schema={"type": "integer"}, n=2, seed=0)  # doctest: +SKIP
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 
-from constrained.decoding import Row, decode
+from constrained.decoding import DecodeLoop, Row
 
 if TYPE_CHECKING:
     from backends.base import AsyncLM
@@ -51,7 +52,7 @@ __all__ = [
     "resolve_model",
 ]
 
-Status = Literal["complete", "max_tokens", "error"]
+Status = Literal["complete", "stop", "max_tokens", "error"]
 T = TypeVar("T")
 
 
@@ -65,8 +66,11 @@ class Generation:
         value: the parsed result when status is "complete": the JSON value
             (a pydantic instance when the schema was a pydantic class), or
             the text for a regex / unconstrained request; None otherwise.
-        status: "complete" (ended by EOS, or nothing but EOS could follow),
-            "max_tokens" (cut off: the text is NOT a valid result), or "error".
+        status: "complete" (ended by EOS, or nothing but EOS could follow; or
+            cut at a stop sequence where the text before it is itself a
+            complete match), "stop" (cut at a stop sequence before the
+            document was complete: the text is NOT a valid result),
+            "max_tokens" (cut off: NOT a valid result either), or "error".
         error: what went wrong, for status "error".
         compile_ms: time spent compiling the request's constraint.
         forced_tokens: how many of `token_ids` were appended without sampling.
@@ -136,10 +140,12 @@ class GenerationRequest:
             output within it, so constrained samples end "complete" rather
             than cut off (`Generation.steered` counts the steered tokens); a
             `max_tokens` below the constraint's shortest output is refused.
-        stop: strings that end unconstrained text: the sample ends "complete"
-            when one appears, its text cut just before it. Not with a schema or
-            regex, whose output ends where the document does (a cut document
-            would be invalid).
+        stop: strings that end the text: when one appears, the sample ends
+            there and its text is cut just before it (OpenAI's semantics). With
+            a schema or regex, the cut text is checked against the constraint:
+            status "complete" (with its value) if it is still a complete match,
+            else "stop" with ``value=None``. A stop sequence the constraint's
+            output cannot contain changes nothing.
 
     Example:
         >>> GenerationRequest("Digits:", regex="[0-9]+", n=2).n
@@ -180,9 +186,6 @@ class GenerationRequest:
         stops = self.stop_sequences()
         if any(not isinstance(x, str) or not x for x in stops):
             raise ValueError(f"`stop` must be a non-empty string or a list of them, got {self.stop!r}")
-        if stops and (self.schema is not None or self.regex is not None):
-            raise ValueError("`stop` applies to unconstrained text only: a schema's or regex's output ends where "
-                             "its document does, and a cut document would be invalid")
 
     def stop_sequences(self) -> tuple[str, ...]:
         """`stop` as a tuple (a single string is one stop sequence)."""
@@ -334,7 +337,7 @@ async def agenerate_batch(
         jobs[owner[id(row)]].on_token(row)
 
     try:
-        await _decode(lm, jobs, on_done=done, on_token=on_token)
+        await _decode(lm, jobs, on_done=done, on_token=on_token if any(job.texts for job in jobs) else None)
     finally:
         if bar is not None:
             bar.close()
@@ -417,13 +420,17 @@ class _Job:
             self.texts.setdefault(row, TextStream(self.vocab, self.request.stop_sequences()))
 
     def on_token(self, row: Row) -> str:
-        """After `row` appended tokens: its newly released text; ends the row at a stop sequence."""
+        """After `row` appended tokens: its newly released text; ends the row at a stop sequence.
+
+        A stop sequence wins over an end found in the same step (EOS, `max_tokens`): the text is
+        cut before it either way, so the row's status becomes "stop" and `result` decides it.
+        """
         stream = self.texts.get(row)
         if stream is None:
             return ""
         delta = stream.feed(row.tokens)
-        if stream.stopped is not None and row.status is None:
-            row.status = "complete"
+        if stream.stopped is not None and row.status != "error":
+            row.status = "stop"
         return delta
 
     def results(self) -> list[Generation]:
@@ -440,7 +447,12 @@ class _Job:
             text = stream.text
         else:
             text = self.vocab.decode(row.tokens).decode("utf-8", errors="replace") if self.vocab else ""
-        gen = Generation(text, list(row.tokens), None, row.status or "error", row.error, self.compile_ms, row.forced,
+        status = row.status or "error"
+        if stream is not None and stream.stopped is not None and status != "error":
+            # cut at a stop sequence: "complete" only if the text before it is itself a complete match
+            complete = row.guide is None or row.guide.fsm.matches(text.encode("utf-8"))
+            status = "complete" if complete else "stop"
+        gen = Generation(text, list(row.tokens), None, status, row.error, self.compile_ms, row.forced,
                          row.steered, self.prompt_tokens, None if stream is None else stream.stopped)
         if gen.status == "complete":
             try:
@@ -458,6 +470,7 @@ def _prepare(lm: AsyncLM, request: GenerationRequest) -> _Job:
         job.vocab = vocab = model_vocabulary(lm)
         prompt = _prompt_ids(lm, request)
         job.prompt_tokens = len(prompt)
+        _check_context(lm, len(prompt), request.max_tokens)
         started = time.perf_counter()
         fsm = _compile(request, vocab)
         job.compile_ms = (time.perf_counter() - started) * 1000
@@ -477,27 +490,19 @@ def _prepare(lm: AsyncLM, request: GenerationRequest) -> _Job:
 
 
 async def _decode(lm: AsyncLM, jobs: Sequence[_Job], on_done: Callable[[Row], None] | None = None,
-                  on_token: Callable[[Row], Any] | None = None) -> None:
-    """Run every job's rows: our decode loop, or, on a backend that decodes in its engine (vLLM), one engine
-    request per row, masked there by the same constraint. `on_token` (stop sequences) sees an engine row's
-    tokens once, when it ends: its text is cut at the first stop, and the row is then complete."""
+                  on_token: Callable[[Row], Any] | None = None, loop: DecodeLoop | None = None) -> None:
+    """Run every job's rows: in `loop` (shared with other callers; else a private decode loop), or, on a
+    backend that decodes in its engine (vLLM), one engine request per row, masked there by the same
+    constraint. Either way `on_token` sees each row's tokens as they arrive, and a row that it ends (a stop
+    sequence) leaves at once."""
     rows = [row for job in jobs for row in job.rows]
     run_in_engine = getattr(lm, "generate_in_engine", None)
     if run_in_engine is None:
-        await decode(lm, rows, on_done=on_done, on_token=on_token)
+        await (loop or DecodeLoop(lm)).run(rows, on_done=on_done, on_token=on_token)
         return
     constraints = [_engine_constraint(job.request) for job in jobs for _ in job.rows]
     seeds = [engine_seed(job.request.seed, j) for job in jobs for j in range(len(job.rows))]
-
-    def ended(row: Row) -> None:
-        if on_token is not None and row.status != "error":
-            status, row.status = row.status, None
-            on_token(row)
-            row.status = row.status or status
-        if on_done is not None:
-            on_done(row)
-
-    await run_in_engine(rows, constraints, seeds, ended)
+    await run_in_engine(rows, constraints, seeds, on_done=on_done, on_token=on_token)
 
 
 def engine_seed(seed: int | None, row: int) -> int | None:
@@ -575,6 +580,15 @@ def _prompt_ids(lm: AsyncLM, request: GenerationRequest) -> tuple[int, ...]:
     if bad:
         raise ValueError(f"prompt token ids must be integers in [0, {lm.vocab_size}), got {bad[:5]}")
     return tuple(int(t) for t in ids)
+
+
+def _check_context(lm: AsyncLM, prompt_tokens: int, max_tokens: int) -> None:
+    """ValueError when the prompt and `max_tokens` overflow a backend's fixed context (vLLM's `max_model_len`),
+    so the request is refused up front instead of failing, or being cut short, in the engine."""
+    limit = getattr(lm, "max_model_len", None)
+    if limit is not None and prompt_tokens + max_tokens > limit:
+        raise ValueError(f"the prompt's {prompt_tokens} tokens plus max_tokens={max_tokens} exceed the model's "
+                         f"context of {limit} tokens (max_model_len); shorten the prompt or lower max_tokens")
 
 
 def _parse(request: GenerationRequest, text: str) -> Any:

@@ -18,8 +18,10 @@ sampling settings of a `GenerationRequest`:
 - ``tools`` with ``tool_choice`` ``"required"`` or ``{"type": "function",
   "function": {"name": ...}}``: a JSON object ``{"name": ..., "arguments":
   ...}`` whose arguments match the chosen function's ``parameters``;
-- ``stop`` ends unconstrained text only; with a constraint the output ends
-  where its document does, and ``stop`` is not applied.
+- ``stop`` (up to 4 strings) ends the text where one appears, cut before
+  it, with or without a constraint; a constrained text cut before its
+  document was complete has ``finish_reason`` "stop" and ``stop_reason`` the
+  stop sequence, and is never parsed into tool calls.
 
 Example:
     >>> req = ChatCompletionRequest.model_validate({"model": "m", "messages": [{"role": "user", "content": "Hi"}],

@@ -1,6 +1,6 @@
 """`constrained serve`: an OpenAI-compatible HTTP server on FastAPI and uvicorn.
 
-    constrained serve --model DIR [--backend mlx|hf] [--host 127.0.0.1] [--port 8000]
+    constrained serve --model DIR [--backend mlx|hf|vllm] [--host 127.0.0.1] [--port 8000]
 
 Endpoints: ``POST /v1/chat/completions``, ``POST /v1/completions`` (both with
 ``stream: true`` as server-sent events ending ``data: [DONE]``),
@@ -16,13 +16,16 @@ How a request runs:
 3. its rows join the server's one `DecodeLoop`: every live row of every
    request advances in one backend call per step, and the backend's prefix
    trie shares prompt prefills between requests (one system prompt is
-   prefilled once);
+   prefilled once). On vLLM (``--backend vllm``) each row is instead one
+   request to vLLM's engine, where our logits processor masks it and vLLM
+   batches, schedules and caches prefixes (`backends.vllm`);
 4. a streamed request sends each text delta as it is accepted; a client that
    disconnects cancels its rows, which leave the loop at the next step.
 
 Each sample draws from its own generator seeded ``[seed, sample index]``, so a
 seeded request gets the same samples whether it runs alone or among others
-(up to float rounding in differently shaped batches).
+(up to float rounding in differently shaped batches); on vLLM, vLLM draws
+them, from a seed derived from the same pair.
 
 This module imports FastAPI; `import constrained` does not import it.
 """
@@ -51,7 +54,7 @@ from constrained.streaming import RequestStream
 if TYPE_CHECKING:
     from backends.base import AsyncLM
 
-__all__ = ["Server", "create_app"]
+__all__ = ["Server", "create_app", "listen", "serve", "uvicorn_server"]
 
 _Req = ChatCompletionRequest | CompletionRequest
 
@@ -82,16 +85,23 @@ class Server:
 
     @property
     def decoder(self) -> DecodeLoop:
-        """The shared decode loop (made on first use, on the server's event loop)."""
+        """The shared decode loop (made on first use, on the server's event loop; unused on vLLM, whose engine
+        runs the rows)."""
         if self._loop is None:
             self._loop = DecodeLoop(self.lm)
         return self._loop
 
     def health(self) -> dict[str, Any]:
-        """What `/health` reports: the model, rows decoding now, steps so far, the backend's counters."""
+        """What `/health` reports: the model, rows decoding now, steps so far, the backend's counters.
+
+        On an engine backend (vLLM) the rows are those in its engine, and the steps are its own (not counted here).
+        """
         loop = self._loop
+        rows = getattr(self.lm, "live_rows", None)
+        if rows is None:
+            rows = 0 if loop is None else loop.rows
         return {"status": "ok", "model": self.model_id, "backend": self.lm.backend_name,
-                "rows": 0 if loop is None else loop.rows, "steps": 0 if loop is None else loop.steps,
+                "rows": rows, "steps": 0 if loop is None else loop.steps,
                 "requests_served": self.served, "stats": dict(self.lm.stats)}
 
     # ------------------------------------------------------------------ requests
@@ -125,9 +135,13 @@ class Server:
             ids = list(tok.encode(req.prompt)) if isinstance(req.prompt, str) else list(req.prompt)
         if self.max_states is not None and constraint:
             constraint["options"] = {**constraint["options"], "max_states": self.max_states}
-        max_tokens = getattr(req, "max_completion_tokens", None) or req.max_tokens or self.default_max_tokens
+        max_tokens = getattr(req, "max_completion_tokens", None) or req.max_tokens
+        if max_tokens is None:              # the server's default, within a fixed context (vLLM's max_model_len)
+            limit = getattr(self.lm, "max_model_len", None)
+            room = self.default_max_tokens if limit is None else limit - len(ids)
+            max_tokens = max(1, min(self.default_max_tokens, room))
         request = GenerationRequest(ids, max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p,
-                                    seed=req.seed, n=req.n, stop=() if constraint else (req.stop or ()), **constraint)
+                                    seed=req.seed, n=req.n, stop=req.stop or (), **constraint)
         plan = RequestStream.prepare(self.lm, request)
         if plan.error is not None:
             raise _api_error(plan.error, param)
@@ -272,6 +286,8 @@ def _finish_reason(gen: Generation, tools: bool) -> str:
         raise APIError(500, f"generation failed: {gen.error}", code="generation_error")
     if gen.status == "max_tokens":
         return "length"                           # cut off: the text is not a complete document
+    if gen.status == "stop":
+        return "stop"                             # cut at a stop sequence before the document was complete
     return "tool_calls" if tools else "stop"
 
 
@@ -297,12 +313,14 @@ def _response(req: _Req, plan: RequestStream, gens: list[Generation], model_id: 
     for i, gen in enumerate(gens):
         reason = _finish_reason(gen, tools)
         if isinstance(req, CompletionRequest):
-            choices.append({"index": i, "text": gen.text, "finish_reason": reason, "logprobs": None})
+            choices.append({"index": i, "text": gen.text, "finish_reason": reason, "stop_reason": gen.stop_sequence,
+                            "logprobs": None})
             continue
         message: dict[str, Any] = {"role": "assistant", "content": gen.text}
         if reason == "tool_calls":
             message = {"role": "assistant", "content": None, "tool_calls": _tool_calls(gen)}
-        choices.append({"index": i, "message": message, "finish_reason": reason, "logprobs": None})
+        choices.append({"index": i, "message": message, "finish_reason": reason, "stop_reason": gen.stop_sequence,
+                        "logprobs": None})
     chat = isinstance(req, ChatCompletionRequest)
     return {"id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}",
             "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
@@ -328,10 +346,13 @@ class _Chunks:
     def text_delta(self, text: str) -> dict[str, Any]:
         return {"content": text} if self.chat else {"text": text}
 
-    def choice(self, index: int, delta: dict[str, Any], reason: str | None = None) -> dict[str, Any]:
-        if self.chat:
-            return {"index": index, "delta": delta, "finish_reason": reason, "logprobs": None}
-        return {"index": index, "text": delta.get("text", ""), "finish_reason": reason, "logprobs": None}
+    def choice(self, index: int, delta: dict[str, Any], reason: str | None = None,
+               stop_reason: str | None = None) -> dict[str, Any]:
+        out = {"index": index, "delta": delta} if self.chat else {"index": index, "text": delta.get("text", "")}
+        out.update(finish_reason=reason, logprobs=None)
+        if reason is not None:
+            out["stop_reason"] = stop_reason
+        return out
 
     def usage(self) -> dict[str, int]:
         return _usage(self.prompt_tokens, self.done)
@@ -349,7 +370,7 @@ class _Chunks:
         elif self.tools:                              # a cut-off tool call: its text, as content
             delta = self.text_delta(gen.text)
         last = len(self.done) == self.req.n and not self.req.include_usage
-        return self.chunk([self.choice(index, delta, reason)], self.usage() if last else None)
+        return self.chunk([self.choice(index, delta, reason, gen.stop_sequence)], self.usage() if last else None)
 
 
 def _sse_data(obj: dict[str, Any]) -> str:
@@ -362,17 +383,47 @@ def serve(lm: AsyncLM, model_id: str, *, host: str = "127.0.0.1", port: int = 80
 
     The socket is bound here, so ``port=0`` picks a free port; the line
     ``constrained serve: listening on http://HOST:PORT`` on stderr gives it.
+    The backend is closed on the way out (a vLLM engine is shut down).
 
     Example:
         >>> serve(lm, "tiny", port=0)  # doctest: +SKIP
     """
-    import socket
+    import signal
     import sys
+    import threading
 
-    import uvicorn
+    if threading.current_thread() is threading.main_thread():
+        # uvicorn, once shut down, raises again the SIGTERM that stopped it: as an exception here, so the
+        # backend is closed below (a vLLM engine's own process would otherwise outlive the server)
+        signal.signal(signal.SIGTERM, _terminated)
+    try:
+        _warm_up(lm)
+        server = Server(lm, model_id, default_max_tokens=default_max_tokens, max_states=max_states)
+        sock = listen(host, port)
+        bound = sock.getsockname()[1]
+        shown = f"[{host}]" if ":" in host else host
+        print(f"constrained serve: {model_id!r} ({lm.backend_name}) listening on http://{shown}:{bound}",
+              file=sys.stderr, flush=True)
+        uvicorn_server(server, log_level).run(sockets=[sock])
+    finally:
+        lm.close()
+    return 0
 
-    _warm_up(lm)
-    server = Server(lm, model_id, default_max_tokens=default_max_tokens, max_states=max_states)
+
+def _terminated(sig: int, frame: Any) -> None:
+    raise SystemExit(128 + sig)
+
+
+def listen(host: str, port: int) -> Any:
+    """A TCP socket bound to (`host`, `port`) and listening (port 0: a free one).
+
+    Example:
+        >>> sock = listen("127.0.0.1", 0); sock.getsockname()[1] > 0
+        True
+        >>> sock.close()
+    """
+    import socket
+
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto IPPROTO_TCP: asyncio sets TCP_NODELAY only on such sockets (and accepted ones inherit it);
     # with Nagle on, each streamed chunk waited for the client's delayed ACK, about 40 ms
@@ -380,13 +431,19 @@ def serve(lm: AsyncLM, model_id: str, *, host: str = "127.0.0.1", port: int = 80
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(2048)          # from here connections wait in the backlog until uvicorn accepts them
-    bound = sock.getsockname()[1]
-    shown = f"[{host}]" if family == socket.AF_INET6 else host
-    print(f"constrained serve: {model_id!r} ({lm.backend_name}) listening on http://{shown}:{bound}",
-          file=sys.stderr, flush=True)
+    return sock
+
+
+def uvicorn_server(server: Server, log_level: str = "warning") -> Any:
+    """The `uvicorn.Server` of `server`'s app; ``.run(sockets=[listen(...)])`` serves until it is told to exit.
+
+    Example:
+        >>> uvicorn_server(Server(lm, "tiny")).run(sockets=[listen("127.0.0.1", 0)])  # doctest: +SKIP
+    """
+    import uvicorn
+
     config = uvicorn.Config(create_app(server), log_level=log_level, access_log=False, timeout_graceful_shutdown=5)
-    uvicorn.Server(config).run(sockets=[sock])
-    return 0
+    return uvicorn.Server(config)
 
 
 def _warm_up(lm: AsyncLM) -> None:

@@ -2,8 +2,10 @@
 
 `stream` (a plain generator) and `astream` (an async one) yield each new
 piece of text as the decode loop accepts tokens, and end with the sample's
-`Generation`, whose status is the same as `generate`'s ("complete",
-"max_tokens" or "error") and whose text is the deltas joined.
+`Generation`, whose status is the same as `generate`'s ("complete", "stop",
+"max_tokens" or "error") and whose text is the deltas joined. With stop
+sequences, text that may be the start of one is held back until the next
+tokens tell, so no character of a stop sequence is ever yielded.
 
 Underneath, `RequestStream` reads one compiled request as `StreamEvent`s
 (sample index, text delta, the `Generation` when that sample ends). The
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from constrained.decoding import DecodeLoop, Row
-from constrained.generate import Generation, GenerationRequest, _Job, _prepare, resolve_model
+from constrained.generate import Generation, GenerationRequest, _decode, _Job, _prepare, resolve_model
 
 if TYPE_CHECKING:
     from backends.base import AsyncLM
@@ -88,11 +90,12 @@ class RequestStream:
         return self._job.prompt_tokens
 
     async def results(self, loop: DecodeLoop | None = None) -> list[Generation]:
-        """Decode every sample (in `loop`, shared with other requests, else a private one)."""
+        """Decode every sample (in `loop`, shared with other requests, else a private one; an engine
+        backend such as vLLM runs them in its own engine instead)."""
         job = self._job
         if job.exception is not None:
             raise job.exception
-        await (loop or DecodeLoop(self.lm)).run(job.rows, on_token=job.on_token if job.texts else None)
+        await _decode(self.lm, [job], on_token=job.on_token if job.texts else None, loop=loop)
         return job.results()
 
     async def events(self, loop: DecodeLoop | None = None) -> AsyncIterator[StreamEvent]:
@@ -116,7 +119,7 @@ class RequestStream:
             tail = job.texts[row].finish()        # text held back for a stop sequence, a partial character
             events.put_nowait(StreamEvent(index[row], tail, job.result(row)))
 
-        task = asyncio.ensure_future((loop or DecodeLoop(self.lm)).run(job.rows, on_done=on_done, on_token=on_token))
+        task = asyncio.ensure_future(_decode(self.lm, [job], on_done=on_done, on_token=on_token, loop=loop))
         task.add_done_callback(lambda _: events.put_nowait(None))
         try:
             while (event := await events.get()) is not None:

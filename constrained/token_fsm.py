@@ -212,6 +212,11 @@ class TokenFSM:
     def is_accepting(self, state: int) -> bool:
         return state == FINISHED or self.masks(state).accepting
 
+    def matches(self, data: bytes) -> bool:
+        """Whether `data` is a complete match, read byte by byte (a text cut mid-token, say)."""
+        with self._lock:                          # the walk may expand DFA rows
+            return bool(self.dfa.matches(data))
+
     def transitions(self, state: int) -> tuple[np.ndarray, np.ndarray]:
         """Every allowed non-EOS token of `state` and the state after it, as ``(ids, next_states)``, ids ascending.
 

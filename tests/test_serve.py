@@ -253,6 +253,79 @@ def test_stop_sequences(client: Any, stream: bool) -> None:
     assert reason == ["stop"]
 
 
+def _completion(client: Any, stream: bool, **kwargs: Any) -> tuple[str, str, str | None]:
+    """(text, finish_reason, stop_reason) of a one-choice /v1/completions request, streamed or not."""
+    if not stream:
+        c = client.completions.create(model=MODEL, **kwargs).choices[0]
+        return c.text, c.finish_reason, (c.model_extra or {}).get("stop_reason")
+    text, ends = "", []
+    for chunk in client.completions.create(model=MODEL, stream=True, **kwargs):
+        for c in chunk.choices:
+            text += c.text
+            if c.finish_reason:
+                ends.append((c.finish_reason, (c.model_extra or {}).get("stop_reason")))
+    assert len(ends) == 1
+    return text, *ends[0]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_stop_with_a_regex_cuts_before_the_stop_and_never_sends_it(client: Any, stream: bool) -> None:
+    fmt = {"response_format": {"type": "regex", "regex": PHONE}}
+    free, reason, _ = _completion(client, False, prompt="Phone:", seed=11, max_tokens=20, extra_body=fmt)
+    assert reason == "stop" and re.fullmatch(PHONE, free)
+    # two digits sampled one after the other: streamed, the first is held back until the second shows
+    stop = free[1:3]
+    text, reason, stop_reason = _completion(client, stream, prompt="Phone:", seed=11, max_tokens=20,
+                                            stop=[stop, "@@"], extra_body=fmt)
+    assert text == free[: free.index(stop)] and stop not in text
+    assert (reason, stop_reason) == ("stop", stop)
+    # the forced "-" as the stop sequence: three digits, not a phone number, and said so only by stop_reason
+    text, reason, stop_reason = _completion(client, stream, prompt="Phone:", seed=11, max_tokens=20, stop="-",
+                                            extra_body=fmt)
+    assert (text, reason, stop_reason) == (free[:3], "stop", "-")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_stop_with_a_json_schema(client: Any, stream: bool) -> None:
+    kwargs = dict(messages=_messages("A person"), seed=12, max_tokens=60, n=2, response_format=_schema_format(PERSON))
+    whole = client.chat.completions.create(model=MODEL, **kwargs)
+    free = {c.index: c.message.content for c in whole.choices}
+    if stream:
+        texts, reasons, _ = _streamed_chat(client, stop=['"age"'], **kwargs)
+    else:
+        r = client.chat.completions.create(model=MODEL, stop=['"age"'], **kwargs)
+        texts = {c.index: c.message.content for c in r.choices}
+        reasons = {c.index: c.finish_reason for c in r.choices}
+        assert [(c.model_extra or {}).get("stop_reason") for c in r.choices] == ['"age"', '"age"']
+    assert reasons == {0: "stop", 1: "stop"}
+    for i, text in texts.items():
+        assert text == free[i][: free[i].index('"age"')]
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(text)
+    # a stop sequence these documents never contain changes nothing
+    r = client.chat.completions.create(model=MODEL, stop=["\n\n\n"], **kwargs)
+    assert {c.index: c.message.content for c in r.choices} == free
+    assert [(c.model_extra or {}).get("stop_reason") for c in r.choices] == [None, None]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_stop_inside_a_tool_call_is_no_tool_call(client: Any, stream: bool) -> None:
+    kwargs = dict(messages=_messages("Weather?"), seed=7, max_tokens=80, tools=[WEATHER], stop=['"arguments"'],
+                  tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    if stream:
+        chunks = list(client.chat.completions.create(model=MODEL, stream=True, **kwargs))
+        assert not [c for ch in chunks for c in ch.choices if c.delta.tool_calls]
+        content = "".join(c.delta.content or "" for ch in chunks for c in ch.choices)
+        reason = chunks[-1].choices[0].finish_reason
+    else:
+        c = client.chat.completions.create(model=MODEL, **kwargs).choices[0]
+        assert c.message.tool_calls is None
+        content, reason = c.message.content, c.finish_reason
+    # the call's text up to its arguments (layout and escapes are the model's), as content
+    assert reason == "stop" and content.lstrip().startswith("{") and '"name"' in content
+    assert '"arguments"' not in content and content.rstrip().endswith(",")
+
+
 # ---------------------------------------------------------------------------- errors
 
 
@@ -308,6 +381,33 @@ def test_unknown_model_is_404(client: Any) -> None:
     with pytest.raises(openai.NotFoundError) as e:
         client.chat.completions.create(model="no-such-model", messages=_messages())
     assert e.value.body["code"] == "model_not_found"
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--backend", "vllm", "--batch-size", "4"], "--batch-size does not apply to --backend vllm"),
+    (["--backend", "vllm", "--cache-mb", "64"], "--cache-mb does not apply to --backend vllm"),
+    (["--backend", "vllm", "--vllm-args", "{max_model_len: 1}"], "--vllm-args is not valid JSON"),
+    (["--backend", "vllm", "--vllm-args", "[1]"], "--vllm-args must be a JSON object"),
+    (["--backend", "vllm", "--vllm-args", '{"model": "x"}'], "give the model with --model"),
+    (["--backend", "hf", "--vllm-args", "{}"], "--vllm-args goes with --backend vllm"),
+])
+def test_serve_flags_are_checked_before_any_model_loads(capsys: pytest.CaptureFixture[str], argv: list[str],
+                                                        message: str) -> None:
+    from constrained.cli import main
+
+    assert main(["serve", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_serve_vllm_without_vllm_names_the_install(capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    from constrained.cli import main
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here (tests/vllm serves on it)")
+    assert main(["serve", "--backend", "vllm"]) == 2
+    assert "pip install 'constrained[vllm]'" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------- load, seeds, cancellation

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -91,9 +92,61 @@ def test_stream_max_tokens_and_stop() -> None:
     assert "".join(pieces) == stopped.text == cut.text[: cut.text.index(stop)]
 
 
-def test_stop_with_a_constraint_is_refused() -> None:
-    with pytest.raises(ValueError, match="unconstrained"):
-        constrained.generate(_lm("mlx"), "x", regex="[ab]+", stop=["a"])
+# ---------------------------------------------------------------------------- stop sequences with a constraint
+
+LIST = r"[a-c]{2,4}(;[a-c]{2,4}){0,2}"
+
+
+@pytest.mark.parametrize("stop", [";", "a", ["b", "zz"], ";a"])
+def test_stop_with_a_regex_cuts_the_text_and_never_passes_it_off_as_complete(stop: str | list[str]) -> None:
+    lm = _lm("mlx")
+    free = constrained.generate(lm, "List:", regex=LIST, n=8, seed=0, max_tokens=20)
+    cut = constrained.generate(lm, "List:", regex=LIST, n=8, seed=0, max_tokens=20, stop=stop)
+    stops = [stop] if isinstance(stop, str) else stop
+    for f, g in zip(free, cut):
+        found = [(f.text.find(s), s) for s in stops if s in f.text]
+        if not found:                         # no stop sequence in this sample: it is unchanged
+            assert (g.text, g.status, g.stop_sequence) == (f.text, "complete", None)
+            continue
+        at, s = min(found)
+        assert g.text == f.text[:at] and g.stop_sequence == s
+        # the cut text is reported complete (with its value) only when it fully matches on its own
+        if re.fullmatch(LIST, g.text):
+            assert (g.status, g.value, g.ok) == ("complete", g.text, True)
+        else:
+            assert (g.status, g.value, g.ok) == ("stop", None, False)
+
+
+def test_stop_with_a_regex_reports_both_outcomes() -> None:
+    lm = _lm("mlx")
+    statuses = {g.status for stop in ("a", "b") for g in
+                constrained.generate(lm, "List:", regex=LIST, n=8, seed=0, max_tokens=20, stop=stop)}
+    assert statuses == {"complete", "stop"}   # the table above saw both cases
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 4])          # seeds whose list has a second item
+def test_streamed_stop_never_yields_a_character_of_the_stop_sequence(seed: int) -> None:
+    lm = _lm("mlx")
+    (free,) = constrained.generate(lm, "List:", regex=LIST, seed=seed, max_tokens=20)
+    # the first two characters after the first ';': a stop sequence spanning sampled tokens
+    stop = free.text[free.text.index(";"): free.text.index(";") + 2]
+    *pieces, gen = constrained.stream(lm, "List:", regex=LIST, seed=seed, max_tokens=20, stop=[stop, ";zz"])
+    assert "".join(pieces) == gen.text == free.text[: free.text.index(stop)]
+    assert gen.stop_sequence == stop and gen.status == "complete" and gen.value == gen.text   # "bbba" matches
+
+
+def test_stop_inside_a_json_document_is_status_stop_with_no_value() -> None:
+    lm = _lm("mlx")
+    (free,) = constrained.generate(lm, "A person:", schema=PERSON, seed=3, max_tokens=60)
+    assert free.status == "complete"
+    *pieces, gen = constrained.stream(lm, "A person:", schema=PERSON, seed=3, max_tokens=60, stop='"age"')
+    assert "".join(pieces) == gen.text == free.text[: free.text.index('"age"')]
+    assert (gen.status, gen.value, gen.stop_sequence) == ("stop", None, '"age"')
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(gen.text)
+    # a stop sequence the document never contains changes nothing
+    (same,) = constrained.generate(lm, "A person:", schema=PERSON, seed=3, max_tokens=60, stop=["\n\n\n"])
+    assert (same.text, same.status, same.value) == (free.text, "complete", free.value)
 
 
 def test_astream_and_leaving_early_cancels() -> None:

@@ -51,3 +51,16 @@ def vlm(vllm_model_dir: Path) -> Iterator[Any]:
     lm.ensure_loaded()
     yield lm
     lm.close()
+
+
+def record_aborts(lm: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ids of the requests `lm`'s engine aborts from now on (vLLM aborts a request whose caller left)."""
+    seen: list[str] = []
+    real = lm.model.abort
+
+    async def abort(request_id: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.extend([request_id] if isinstance(request_id, str) else request_id)
+        return await real(request_id, *args, **kwargs)
+
+    monkeypatch.setattr(lm.model, "abort", abort)
+    return seen

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from typing import Any
 
 import pytest
@@ -51,3 +52,25 @@ def test_generate_n_samples_seeded(vlm: Any) -> None:
     again = generate(vlm, "Pick:", regex="(yes|no|maybe)", n=4, seed=3, backend="vllm")
     assert [g.text for g in first] == [g.text for g in again]
     assert all(g.status == "complete" and g.text in ("yes", "no", "maybe") for g in first)
+
+
+def test_stream_and_stop_sequences_in_the_engine(vlm: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from constrained.streaming import stream
+    from tests.vllm.conftest import record_aborts
+
+    digits = r"[0-9]{3}-[0-9]{4}"
+    (free,) = generate(vlm, "Phone:", regex=digits, seed=4, max_tokens=30)
+    *pieces, whole = stream(vlm, "Phone:", regex=digits, seed=4, max_tokens=30)
+    assert len(pieces) > 1 and "".join(pieces) == whole.text == free.text and whole.status == "complete"
+    stop = free.text[1:3]                     # two digits sampled one after the other
+    aborted = record_aborts(vlm, monkeypatch)
+    *pieces, cut = stream(vlm, "Phone:", regex=digits, seed=4, max_tokens=30, stop=[stop])
+    assert "".join(pieces) == cut.text == free.text[: free.text.index(stop)]
+    assert (cut.status, cut.value, cut.stop_sequence) == ("stop", None, stop)
+    assert len(cut.token_ids) < len(free.token_ids)
+    deadline = time.monotonic() + 10
+    while not aborted:                        # the engine request ended at the stop, not at the end
+        assert time.monotonic() < deadline, "the engine request was not aborted at the stop sequence"
+        time.sleep(0.05)
+    (same,) = generate(vlm, "Phone:", regex=digits, seed=4, max_tokens=30, stop=[stop])
+    assert (same.text, same.status, same.token_ids) == (cut.text, cut.status, cut.token_ids)
