@@ -163,6 +163,7 @@ _ANY_REST: Node = compact(star(ANY_CHAR))
 # raw bytes of printable ASCII that need no escape; and "a character that is not printable
 # ASCII, or is an escaped quote or backslash, then any rest" (`string_not_in`)
 _RAW_PRINTABLE = sum(1 << b for b in range(0x20, 0x7F) if b not in (0x22, 0x5C))
+_RAW_PRINTABLE_CHARS = frozenset(chr(b) for b in range(0x20, 0x7F) if b not in (0x22, 0x5C))
 # (the leading character is shared on its own: `_raw_not_in` puts this in an
 # alternation whose branches the NFA splits into their items, see `fragments`)
 _LEAVE_CHAR: Node = compact(alt(
@@ -236,7 +237,7 @@ def string_not_in(words: Iterable[str], tries: dict | None = None) -> Node:
     # A string outside the set either ends inside the trie at a non-word node,
     # or leaves the trie at some node by a character no child has and then
     # continues freely (one shared any*): one walk of the trie says both.
-    if all(_RAW_PRINTABLE >> ord(ch) & 1 for w in words for ch in w):
+    if _RAW_PRINTABLE_CHARS.issuperset("".join(words)):
         node = _raw_not_in(trie)
         if tries is not None:
             trie_complement(tries, node, trie, _RAW_PRINTABLE, _ANY_REST, _LEAVE_CHAR)
