@@ -201,6 +201,8 @@ def key_literal(name: str) -> Node:
         >>> [dfa.matches(s) for s in ("a\u00e9".encode(), b"a\\u00e9", b"\\u0061\\u00e9")]
         [True, True, False]
     """
+    if _RAW_PRINTABLE_CHARS.issuperset(name):      # most names: one byte node per character, as they are
+        return literal(name.encode())
     return seq(*(_RAW_KEY_CHAR[c] if c in _RAW_KEY_CHAR else json_char(((ord(c), ord(c)),)) for c in name))
 
 
