@@ -6,6 +6,10 @@ libraries; it never imports `constrained` or `backends`.
 
 from __future__ import annotations
 
+from grammars import native as _native
+
+_native.install()    # before any other module: their compiled copies, where fresh (see `grammars.native`)
+
 from grammars.errors import (  # noqa: I001 (errors first: the compilers import them)
     ConstraintError,
     InvalidSchemaError,

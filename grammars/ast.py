@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Union
 
+from grammars.native import checkpoint
+
 __all__ = [
     "ByteSet", "Seq", "Alt", "Repeat", "Ref", "Node", "Grammar",
     "EMPTY", "NOTHING", "ANY_BYTE",
@@ -249,7 +251,8 @@ def alt(*items: Node) -> Node:
             stack.extend(reversed(item.items))
         elif isinstance(item, ByteSet):
             mask |= item.mask
-        elif item not in seen:
+        elif item not in seen:                 # hashes `item` (a whole enum's worth, the first time)
+            checkpoint()                       # compiled: let other threads in (see `grammars.native`)
             seen.add(item)
             others.append(item)
     out = ([ByteSet(mask)] if mask else []) + others

@@ -32,6 +32,7 @@ Example:
 from __future__ import annotations
 
 from grammars.ast import Alt, ByteSet, Node, Ref, Repeat, Seq, non_empty, repeat, surely_nullable
+from grammars.native import checkpoint
 
 __all__ = ["FragmentBuilder", "share", "compact", "trie_complement", "REG", "FREE", "ENTER", "HEAD", "INC", "UNROLL_LIMIT",
            "SUBROUTINE_MIN"]
@@ -185,6 +186,7 @@ class FragmentBuilder:
         return self._build_node(node, s)
 
     def _build_node(self, node: Node, s: int) -> int:
+        checkpoint()                                 # compiled: let other threads in (see `grammars.native`)
         kind = type(node)
         frag = self._frags.get(node) if self.replay else None
         if frag is not None:
@@ -359,6 +361,7 @@ class FragmentBuilder:
         leaves: list[tuple[tuple[Node, ...], int, int]] = []  # (items, stop, target)
         todo = [([(items, len(items)) for items in branches], t)]
         while todo:
+            checkpoint()
             group, target = todo.pop()
             if len(group) == 1:
                 leaves.append((group[0][0], group[0][1], target))
@@ -389,6 +392,7 @@ class FragmentBuilder:
         """
         todo = [([(items, 0, stop, target) for items, stop, target in leaves], s)]
         while todo:
+            checkpoint()
             group, s = todo.pop()
             heads: dict[int, list[tuple[tuple[Node, ...], int, int, int]]] = {}
             for items, at, stop, target in group:
@@ -419,6 +423,7 @@ class FragmentBuilder:
         mask_id = self._mask_id
         todo = [(trie, s)]
         while todo:
+            checkpoint()
             node, q = todo.pop()
             if not node.get(None):
                 eps_src.append(q)                    # not a word: the text may end here
@@ -465,6 +470,7 @@ class FragmentBuilder:
         return t
 
     def _build_seq(self, items: tuple[Node, ...], at: int, stop: int, s: int) -> int:
+        checkpoint()
         for i in range(at, stop):
             item = items[i]
             # byte sets inline: most items of literals and UTF-8 sequences are bytes

@@ -78,6 +78,7 @@ from grammars.json_numbers import (
 from grammars.json_objects import array_node, object_node
 from grammars.json_refs import Resolver, draft_of, load_schema
 from grammars.json_strings import ANY_CHAR, any_string_body, json_char, key_literal, quoted, string_not_in
+from grammars.native import checkpoint
 from grammars.json_values import (
     ANY_RULE, Whitespace, WhitespacePolicy, any_value_rule, json_type, to_decimal, union, value_node,
 )
@@ -182,6 +183,7 @@ class Compiler:
 
     def node(self, s: Any, path: str, base: str) -> Node:
         """The node of JSON texts valid under the subschema `s` (at `path`), labeled with its path."""
+        checkpoint()                     # compiled: let other threads in (see `grammars.native`)
         if self._depth >= MAX_NESTING:
             where = path if len(path) <= 160 else f"{path[:80]}...{path[-60:]}"
             raise UnsupportedSchemaError("$ref", where, f"the schema nests more than {MAX_NESTING} levels here; a "

@@ -32,6 +32,7 @@ from grammars.ast import (
 )
 from grammars.json_numbers import fixed_range
 from grammars.fragments import compact, share, trie_complement
+from grammars.native import checkpoint
 
 __all__ = [
     "json_char", "ANY_CHAR", "ALL_CODEPOINTS", "string_literal", "key_literal", "string_not_in", "quoted",
@@ -232,6 +233,7 @@ def string_not_in(words: Iterable[str], tries: dict | None = None) -> Node:
     """
     trie: dict = {}
     for w in words:
+        checkpoint()                             # compiled: let other threads in (see `grammars.native`)
         node = trie
         for ch in w:
             node = node.setdefault(ord(ch), {})

@@ -508,7 +508,7 @@ def test_disconnect_mid_stream_frees_its_row(client: Any, server: _Server) -> No
 @pytest.mark.slow
 def test_slow_or_failing_compile_does_not_hold_up_others(server: _Server) -> None:
     rnd = random.Random(0)
-    slow = {"enum": ["".join(rnd.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(12)) for _ in range(60_000)]}
+    slow = {"enum": ["".join(rnd.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(12)) for _ in range(150_000)]}
     failing = {"type": "string", "pattern": "(a)\\1"}
     finished: dict[str, float] = {}
 

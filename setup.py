@@ -1,0 +1,86 @@
+"""Builds the optional compiled copies of `grammars`' modules (everything else is in pyproject.toml).
+
+Each module is translated by Cython from its own ``.py`` source and built as
+``grammars/_compiled/<name>_<source hash>/<name>``; `grammars.native` loads
+it only while the source still has that hash. Nothing here is required: with
+``CONSTRAINED_NATIVE=0``, without Cython, or where a module fails to compile
+(no C compiler), the package installs and runs from its Python source.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).resolve().parent
+# `grammars.native` by path: importing the package would need numpy, absent from the build environment
+_spec = importlib.util.spec_from_file_location("_grammars_native", ROOT / "grammars" / "native.py")
+native = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(native)
+
+DIRECTIVES = {
+    "language_level": 3,
+    # annotations are documentation here, not C types: `need: list[int] | np.ndarray` holds either
+    "annotation_typing": False,
+    "binding": True,             # functions keep their signatures and docstrings
+}
+
+
+class ParallelBuildExt(build_ext):
+    """`build_ext` on every core, dropping compiled copies of older sources from an in-place build."""
+
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if self.parallel is None:
+            self.parallel = os.cpu_count() or 1
+
+    def run(self) -> None:
+        if self.inplace:
+            keep = {ext.name.split(".")[-2] for ext in self.extensions}
+            for old in (ROOT / "grammars" / "_compiled").glob("*"):
+                if old.is_dir() and old.name not in keep:
+                    shutil.rmtree(old, ignore_errors=True)
+        super().run()
+
+    def copy_extensions_to_source(self) -> None:
+        # an editable install copies each built module into the source tree: make its hashed folder first
+        build_py = self.get_finalized_command("build_py")
+        for ext in self.extensions:
+            package = ext.name.rpartition(".")[0]
+            Path(build_py.get_package_dir(package)).mkdir(parents=True, exist_ok=True)
+        super().copy_extensions_to_source()
+
+
+def compiled_extensions() -> list[Extension]:
+    if os.environ.get(native.ENV, "1") == "0":
+        return []
+    try:
+        from Cython.Build import cythonize
+    except ImportError:
+        print("constrained: Cython is not installed; grammars runs from its Python source", file=sys.stderr)
+        return []
+    names = native.sources(ROOT / "grammars")
+    # the C code is generated for the module's real name (its init function, classes'
+    # __module__), then built under the folder that records the source's hash
+    flags = [] if sys.platform == "win32" else ["-g0"]     # no debug info: a third of the build time, 4x the size
+    exts = [Extension(f"grammars.{name}", [f"grammars/{name}.py"], optional=True, extra_compile_args=flags)
+            for name in names]
+    try:
+        exts = cythonize(exts, compiler_directives=DIRECTIVES, build_dir="build/cython", quiet=True,
+                         nthreads=os.cpu_count() or 1)
+    except Exception as e:  # noqa: BLE001 - compiling is an optimization; the source always works
+        print(f"constrained: Cython failed ({e}); grammars runs from its Python source", file=sys.stderr)
+        return []
+    for ext in exts:
+        name = ext.name.rpartition(".")[2]
+        ext.name = f"grammars._compiled.{native.compiled_dir(name, names[name].read_bytes())}.{name}"
+    return exts
+
+
+setup(ext_modules=compiled_extensions(), cmdclass={"build_ext": ParallelBuildExt})

@@ -1,0 +1,136 @@
+"""The compiled (Cython) copies of `grammars`' modules: used when fresh, never when stale, same automata.
+
+`grammars.native` loads ``grammars/_compiled/<name>_<hash>/<name>`` only
+while the source hashes to `<hash>`. These tests check that the installed
+build is in use, that editing a source makes that module run from its source
+again, and that the compiled and the source compilers build identical NFAs
+(and refuse the same schemas with the same messages) on the hand-written
+corpus, the regex suite's patterns and, where it is present, a sample of
+``../shared/corpus/maskbench-dev``.
+
+CI sets ``CONSTRAINED_REQUIRE_NATIVE=1``: there, a build that compiled
+nothing fails instead of quietly testing the Python source twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import grammars
+from grammars import native
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared" / "corpus" / "maskbench-dev"
+COMPILED = native.compiled_modules()
+needs_build = pytest.mark.skipif(not any(COMPILED.values()),
+                                 reason="no compiled module (no C compiler or Cython at install time)")
+
+
+def test_a_build_is_there_where_required() -> None:
+    if os.environ.get("CONSTRAINED_REQUIRE_NATIVE") != "1":
+        pytest.skip("CONSTRAINED_REQUIRE_NATIVE is not set")
+    missing = [name for name, fresh in COMPILED.items() if not fresh]
+    assert not missing, f"no compiled copy matching the source of {missing}: reinstall (pip install -e .)"
+
+
+@needs_build
+def test_fresh_compiled_modules_are_the_ones_imported() -> None:
+    import grammars.fragments  # noqa: F401 - imported for the check
+    import grammars.json_schema  # noqa: F401
+    import grammars.nfa  # noqa: F401
+
+    if not native.enabled():
+        assert native.loaded() == []
+        return
+    for name in ("fragments", "json_schema", "nfa"):
+        if COMPILED[name]:
+            assert name in native.loaded()
+            assert sys.modules[f"grammars.{name}"].__file__.endswith(tuple(_suffixes()))
+
+
+@needs_build
+def test_an_edited_source_runs_from_source(tmp_path: Path) -> None:
+    """A copy of the package with ast.py edited: ast comes from its source, fragments stays compiled."""
+    package = tmp_path / "grammars"
+    shutil.copytree(Path(grammars.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
+    with open(package / "ast.py", "a") as f:
+        f.write("\n# edited after the build\n")
+    probe = ("import grammars.ast, grammars.fragments, grammars.native as n;"
+             "print(grammars.ast.__file__); print(grammars.fragments.__file__); print(n.loaded())")
+    out = _python(probe, tmp_path).splitlines()
+    assert out[0] == str(package / "ast.py")
+    assert "ast" not in out[2]
+    if COMPILED["fragments"]:
+        assert out[1].startswith(str(package / "_compiled" / "fragments_")) and "fragments" in out[2]
+
+
+@needs_build
+def test_compiled_and_source_build_the_same_automata() -> None:
+    compiled = json.loads(_python(f"import sys; sys.path.insert(0, {str(ROOT)!r});"
+                                  "from tests.test_native import digests; digests()", ROOT))
+    source = json.loads(_python(f"import sys; sys.path.insert(0, {str(ROOT)!r});"
+                                "from tests.test_native import digests; digests()", ROOT, native=False))
+    assert compiled["loaded"] and not source["loaded"]
+    assert len(compiled["cases"]) > 150
+    differ = [k for k in source["cases"] if compiled["cases"].get(k) != source["cases"][k]]
+    assert not differ, f"{len(differ)} cases differ, e.g. {differ[:5]}"
+    assert compiled["cases"].keys() == source["cases"].keys()
+
+
+def digests() -> None:
+    """Print, as JSON, a digest of the NFA (or the error) of every case (run in a subprocess)."""
+    from bench.regex_corpus import regex_cases
+    from grammars.errors import ConstraintError
+    from grammars.json_schema import json_schema_grammar
+    from grammars.nfa import NFA
+    from grammars.regex import regex_grammar
+
+    schemas = {p.name: json.loads(p.read_text())["schema"] for p in sorted((ROOT / "bench" / "corpus").glob("*.json"))}
+    shared = sorted(SHARED.glob("*.json"))[::4] if SHARED.is_dir() else []
+    schemas.update({p.name: json.loads(p.read_text())["schema"] for p in shared})
+    patterns = [str(case.schema) for case in regex_cases(SHARED if SHARED.is_dir() else ROOT / "bench" / "corpus")]
+    cases: dict[str, str] = {}
+    for name, schema in schemas.items():
+        cases[f"schema {name}"] = _digest(lambda: json_schema_grammar(schema), NFA, ConstraintError)
+    for i, pattern in enumerate(patterns):
+        cases[f"regex {i} {pattern[:40]}"] = _digest(lambda: regex_grammar(pattern), NFA, ConstraintError)
+    print(json.dumps({"loaded": native.loaded(), "cases": cases}))
+
+
+def _digest(make, nfa_class, errors) -> str:  # noqa: ANN001
+    import numpy as np
+
+    try:
+        grammar = make()
+        nfa = nfa_class(grammar, max_depth=int(grammar.info.get("max_depth", 64)))
+    except errors as e:
+        return f"{type(e).__name__}: {e}"
+    h = hashlib.sha256(repr((nfa.num_states, nfa.rule_start, nfa.rule_end, nfa.arrays.masks)).encode())
+    for name, value in vars(nfa.arrays).items():
+        if isinstance(value, np.ndarray):
+            h.update(name.encode() + np.ascontiguousarray(value, dtype=np.int64).tobytes())
+    h.update(np.asarray(nfa.need, dtype=np.int64).tobytes())
+    return h.hexdigest()
+
+
+def _python(code: str, cwd: Path, native: bool = True) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(cwd)
+    env["CONSTRAINED_NATIVE"] = "1" if native else "0"
+    done = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def _suffixes() -> list[str]:
+    import importlib.machinery
+
+    return importlib.machinery.EXTENSION_SUFFIXES
