@@ -41,9 +41,11 @@ class ParallelBuildExt(build_ext):
             self.parallel = os.cpu_count() or 1
 
     def run(self) -> None:
-        if self.inplace:
-            keep = {ext.name.split(".")[-2] for ext in self.extensions}
-            for old in (ROOT / "grammars" / "_compiled").glob("*"):
+        # copies of older sources, in the source tree (in-place builds) or in a reused build/
+        # folder (whose whole content a wheel takes), would never load: drop them
+        keep = {ext.name.split(".")[-2] for ext in self.extensions}
+        for root in {ROOT, Path(self.build_lib).resolve()}:
+            for old in (root / "grammars" / "_compiled").glob("*"):
                 if old.is_dir() and old.name not in keep:
                     shutil.rmtree(old, ignore_errors=True)
         super().run()
