@@ -78,10 +78,10 @@ from grammars.json_numbers import (
 from grammars.json_objects import array_node, object_node
 from grammars.json_refs import Resolver, draft_of, load_schema
 from grammars.json_strings import ANY_CHAR, any_string_body, json_char, key_literal, quoted, string_not_in
-from grammars.native import checkpoint
 from grammars.json_values import (
     ANY_RULE, Whitespace, WhitespacePolicy, any_value_rule, json_type, to_decimal, union, value_node,
 )
+from grammars.native import checkpoint
 
 __all__ = ["json_schema_grammar", "load_schema", "WhitespacePolicy", "Compiler"]
 
