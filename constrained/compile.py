@@ -201,7 +201,7 @@ def _options_key(options: dict[str, Any]) -> str:
 def _as_schema_dict(schema: Any) -> Any:
     if isinstance(schema, (str, bytes)):
         try:
-            return json.loads(schema)
+            return deep_call(json.loads, schema)     # deep texts: see `grammars.deep`
         except json.JSONDecodeError as e:
             raise InvalidSchemaError(f"schema is not valid JSON ({e.msg})", "$", str(schema)[:80]) from None
     if isinstance(schema, type) and hasattr(schema, "model_json_schema"):

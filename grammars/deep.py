@@ -28,8 +28,12 @@ __all__ = ["deep_call", "DEEP_LIMIT", "STACK_BYTES"]
 
 T = TypeVar("T")
 
-DEEP_LIMIT = 200_000
-STACK_BYTES = 1 << 30                 # ~5 KB per frame at the limit, with room to spare
+# C code recursing along the input counts towards the limit too (json's encoder and decoder,
+# a level of nesting each), with frames larger than Python's: at 200,000 a 100,000-deep
+# schema overflowed this stack and crashed the process. 50,000 leaves room for both, and
+# for the compiler's ~10 frames per level at its 2,000 levels (`json_schema.MAX_NESTING`).
+DEEP_LIMIT = 50_000
+STACK_BYTES = 1 << 30                 # ~20 KB per frame at the limit
 _lock = threading.Lock()
 _active = 0                           # deep calls running; the last one out restores the limit
 _saved_limit = 0

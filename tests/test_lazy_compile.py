@@ -140,6 +140,37 @@ def test_deep_nesting_compiles_without_recursion_error(vocabulary) -> None:
     assert guide.is_finished() or guide.fsm.is_accepting(guide.state)
 
 
+def test_absurd_nesting_is_a_budget_error_not_a_crash() -> None:
+    """100,000 levels, as a dict and as JSON text: json's C encoder and decoder recurse along
+    the nesting, and at `deep_call`'s former limit (200,000) they overflowed its thread's stack
+    and killed the process. Run in a subprocess, so that a crash fails this test alone."""
+    import subprocess
+    import sys
+
+    code = (
+        "import warnings; warnings.simplefilter('ignore')\n"
+        "from types import SimpleNamespace\n"
+        "from constrained.compile import compile_json_schema\n"
+        "from grammars.errors import StateBudgetError\n"
+        "v = SimpleNamespace(token_bytes=(b'[', b']', b'1', None), eos_token_ids=(3,), size=4, fingerprint='deep')\n"
+        "d = 100_000\n"
+        "schema = {'type': 'integer'}\n"
+        "for _ in range(d):\n"
+        "    schema = {'items': schema}\n"
+        "text = '{\"items\":' * d + '{}' + '}' * d\n"
+        "for s in (schema, text):\n"
+        "    try:\n"
+        "        compile_json_schema(s, v)\n"
+        "    except StateBudgetError as e:\n"
+        "        print('budget:', e)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0, (done.returncode, done.stderr[-1500:])
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2 and all("the schema's nesting needs more than" in line for line in lines), lines
+
+
 def test_deep_ref_chain_compiles(vocabulary) -> None:
     n = 400
     defs = {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"} for i in range(n)}
