@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.exceptions import HTTPException
 
 from constrained.decoding import DecodeLoop
 from constrained.errors import ConstraintError
@@ -193,6 +194,15 @@ def create_app(server: Server) -> FastAPI:
     @app.exception_handler(Exception)
     async def internal_error(_: Request, e: Exception) -> JSONResponse:
         return JSONResponse(APIError(500, f"{type(e).__name__}: {e}", code="internal_error").body(), status_code=500)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_: Request, e: HTTPException) -> JSONResponse:
+        # FastAPI's own errors (a body it cannot parse, an unknown route), in OpenAI's shape
+        message, code = str(e.detail), None
+        if isinstance(e.__cause__, RecursionError):
+            message, code = "the request body is nested too deeply to parse", "invalid_json"
+        return JSONResponse(APIError(e.status_code, message, code=code).body(), status_code=e.status_code,
+                            headers=getattr(e, "headers", None))
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(_: Request, e: RequestValidationError) -> JSONResponse:

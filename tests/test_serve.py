@@ -371,6 +371,19 @@ def test_invalid_json_body(server: _Server) -> None:
     assert r.json()["error"]["type"] == "invalid_request_error"
 
 
+@pytest.mark.parametrize("depth", [1500, 100_000])
+def test_deeply_nested_body_is_400(server: _Server, depth: int) -> None:
+    """A schema nested past what JSON parsing recurses through is the client's error, not a 500."""
+    schema = '{"items":' * depth + '{"type":"integer"}' + "}" * depth
+    body = ('{"model": "%s", "prompt": "x", "max_tokens": 4, "response_format": {"type": "json_schema", '
+            '"json_schema": {"name": "deep", "schema": %s}}}' % (MODEL, schema))
+    r = httpx.post(f"{server.url}/v1/completions", content=body.encode(), headers={"content-type": "application/json"},
+                   timeout=60)
+    assert r.status_code == 400, r.text[:300]
+    assert r.json()["error"]["type"] == "invalid_request_error"
+    assert _health(server)["status"] == "ok"
+
+
 def test_bad_field_is_400(client: Any) -> None:
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=MODEL, messages=_messages(), temperature=-1)
