@@ -32,6 +32,7 @@ Example:
 from __future__ import annotations
 
 from grammars.ast import Alt, ByteSet, Node, Ref, Repeat, Seq, non_empty, repeat, surely_nullable
+from grammars.errors import StateBudgetError
 from grammars.native import checkpoint
 
 __all__ = ["FragmentBuilder", "share", "compact", "trie_complement", "REG", "FREE", "ENTER", "HEAD", "INC", "UNROLL_LIMIT",
@@ -45,6 +46,8 @@ REG, FREE, ENTER, HEAD, INC = range(5)
 # A repeat is copied when its bound is at most this (a byte class: 8); else a counter loop.
 UNROLL_LIMIT = 4
 _BYTE_UNROLL_LIMIT = 8
+# Counter bounds are 64-bit in the DFA's configurations: larger upper bounds count as none.
+COUNT_MAX = 1 << 62
 # A node built again whose fragment has at least this many states becomes a subroutine.
 # (16 before: on maskbench-dev, 6 makes JSON whitespace gaps and small values calls,
 # median NFA build -19%, p99 -38%, and masks no slower: 17.8 vs 19.0 us mean.)
@@ -510,7 +513,10 @@ class FragmentBuilder:
         Four states and three edges whatever the bounds; the counter lives on
         the DFA configuration's stack (see the module docstring).
         """
-        hi = -1 if node.max is None else node.max
+        if node.min > COUNT_MAX:
+            raise StateBudgetError(COUNT_MAX, "a counted repeat's minimum", unit="repetitions", option=None)
+        # a bound past the counters' 64 bits admits every text that could ever be written
+        hi = -1 if node.max is None or node.max > COUNT_MAX else node.max
         head, body, t = self._new(), self._new(), self._new()
         self._call(s, ENTER, head, to=head)
         self._call(head, HEAD, t, to=body, lo=node.min, hi=hi)

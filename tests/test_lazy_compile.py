@@ -171,6 +171,19 @@ def test_absurd_nesting_is_a_budget_error_not_a_crash() -> None:
     assert len(lines) == 2 and all("the schema's nesting needs more than" in line for line in lines), lines
 
 
+def test_bounds_past_64_bits(vocabulary) -> None:
+    """Counters are 64-bit: a larger maximum admits every text that could be written (it was an
+    OverflowError), a larger minimum is a budget error naming the repeat."""
+    vocab = vocabulary("gpt-2")
+    fsm = compile_json_schema({"type": "string", "maxLength": 10**30}, vocab)
+    guide = fsm.guide()
+    for tok in vocab_encode(vocab, '"abc"'):
+        assert guide.advance(tok)
+    assert fsm.is_accepting(guide.state)
+    with pytest.raises(StateBudgetError, match="counted repeat's minimum"):
+        compile_json_schema({"type": "array", "minItems": 10**20}, vocab)
+
+
 def test_deep_ref_chain_compiles(vocabulary) -> None:
     n = 400
     defs = {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"} for i in range(n)}
