@@ -120,10 +120,16 @@ def _bench(argv: list[str]) -> int:
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
+    from grammars import native
+
     try:
-        return version("constrained")
+        text = version("constrained")
     except PackageNotFoundError:               # a source tree that was not installed
-        return "(not installed)"
+        text = "(not installed)"
+    if not native.enabled():
+        return f"{text} (schema compiler: Python source, {native.ENV}=0)"
+    built = native.compiled_modules()
+    return f"{text} (schema compiler: {sum(built.values())}/{len(built)} modules compiled)"
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -32,8 +32,8 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["ENV", "MODULES", "PACKAGE_DIR", "checkpoint", "compiled_dir", "compiled_modules", "install", "loaded",
-           "sources"]
+__all__ = ["ENV", "MODULES", "PACKAGE_DIR", "checkpoint", "compiled_dir", "compiled_modules", "enabled", "install",
+           "loaded", "sources"]
 
 ENV = "CONSTRAINED_NATIVE"                    # "0": build and load no compiled module
 PACKAGE_DIR = Path(__file__).resolve().parent
