@@ -80,6 +80,7 @@ def compiled_extensions() -> list[Extension]:
         print(f"constrained: Cython failed ({e}); grammars runs from its Python source", file=sys.stderr)
         return []
     for ext in exts:
+        ext.optional = True          # cythonize's copies drop it: a module that fails to build stays Python
         name = ext.name.rpartition(".")[2]
         ext.name = f"grammars._compiled.{native.compiled_dir(name, names[name].read_bytes())}.{name}"
     return exts
