@@ -1,13 +1,13 @@
 """Compiled copies of this package's modules, used only while they match their source.
 
-`pip install` (editable or not) compiles every module of `grammars` with
-Cython when a C compiler is there (`setup.py`): the same Python source,
-translated to C, no `.pyx` and no separate code to keep in step. Compiling
-the schema and regex compilers this way makes them about a fifth faster
-(grammar and NFA construction are plain Python over small objects, the part
-of a compile that numba cannot take). Without a compiler, or with
-``CONSTRAINED_NATIVE=0`` at build or run time, the source runs as it is:
-same results.
+`pip install` (editable or not) compiles the modules named in `MODULES`
+(the JSON schema compiler, the grammar AST and the NFA builder) with Cython
+when a C compiler is there (`setup.py`): the same Python source, translated
+to C, no `.pyx` and no separate code to keep in step. That takes about a
+fifth off a median schema's compile (grammar and NFA construction are plain
+Python over small objects, the part of a compile that numba cannot take).
+Without a compiler, or with ``CONSTRAINED_NATIVE=0`` at build or run time,
+the source runs as it is: same results.
 
 A compiled module lives in ``grammars/_compiled/<name>_<hash>/``, where the
 hash is that of the source it was compiled from; at import, a module is
@@ -111,6 +111,7 @@ def loaded() -> list[str]:
     out = []
     for name in sources():
         module = sys.modules.get(f"{__package__}.{name}")
-        if module is not None and isinstance(getattr(module, "__loader__", None), importlib.machinery.ExtensionFileLoader):
+        loader = getattr(module, "__loader__", None)
+        if isinstance(loader, importlib.machinery.ExtensionFileLoader):
             out.append(name)
     return out

@@ -315,7 +315,8 @@ class NFA(FragmentBuilder):
         for (a, b), k in zip(_GROUPS, skip):
             for col in cols[a:b]:
                 flat += col[k:] if k else col
-        values = np.frombuffer(bytearray(struct.pack(f"{len(flat)}q", *flat)), np.int64)   # writable: numba types read-only arrays apart
+        # a writable buffer: numba would compile its kernels again for read-only arrays
+        values = np.frombuffer(bytearray(struct.pack(f"{len(flat)}q", *flat)), np.int64)
         out = []
         at = 0
         for (a, b), k, head in zip(_GROUPS, skip, heads):
