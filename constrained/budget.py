@@ -108,10 +108,21 @@ class Completions:
         self._exact: set[int] = set()          # states whose `shortest` is the shortest in bytes
         self._needed: dict[int, int | None] = {}
         self._after_memo: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        dfa = fsm.dfa
-        self._rep = [self._representative(np.flatnonzero(dfa.byte_class == c)) for c in range(dfa.num_classes)]
-        # classes in search order: those that close strings and containers first
-        self._order = sorted(range(dfa.num_classes), key=lambda c: _rank(self._rep[c]))
+        self._classes = -1                     # the DFA's class count `_order` was made for
+        self._order: list[tuple[int, int]] = []
+
+    def _search_order(self) -> list[tuple[int, int]]:
+        """(class, a byte of it) per byte class of the DFA, in search order: those that close strings
+        and containers first. Made again when the classes split (a lazy part of the constraint was
+        built): call it after `dfa.row`, which may split them."""
+        dfa = self.fsm.dfa
+        if self._classes != dfa.num_classes:
+            bc = dfa.byte_class
+            rep = [self._representative(np.flatnonzero(bc == c)) for c in range(dfa.num_classes)]
+            self._order = sorted(((c, b) for c, b in enumerate(rep)), key=lambda cb: _rank(cb[1]))
+            self._byte_class = bc.tolist()
+            self._classes = dfa.num_classes
+        return self._order
 
     def shortest(self, state: int) -> bytes | None:
         """The bytes of a short way from DFA `state` to acceptance (see the module docstring); None if
@@ -166,10 +177,10 @@ class Completions:
             nxt = []
             for q in level:
                 row = dfa.row(q)
-                for c in self._order:
+                for c, b in self._search_order():
                     t = row[c]
                     if t >= 0 and t not in parent:
-                        parent[t] = (q, self._rep[c])
+                        parent[t] = (q, b)
                         nxt.append(t)
             level = nxt
         return None
@@ -179,19 +190,21 @@ class Completions:
         (backing up at dead ends), within `MAX_SEARCH` states."""
         dfa = self.fsm.dfa
         seen = {state}
-        path, out, todo = [state], bytearray(), [iter(self._order)]
+        path, out, todo = [state], bytearray(), [iter(self._search_order())]
         while path and len(seen) <= limit:
             q = path[-1]
             if self._done(q, state):
                 return path, bytes(out)
             row = dfa.row(q)
-            for c in todo[-1]:
-                t = row[c]
+            self._search_order()                   # the row's classes (it may have split them)
+            bc = self._byte_class
+            for _, b in todo[-1]:
+                t = row[bc[b]]
                 if t >= 0 and t not in seen:
                     seen.add(t)
                     path.append(t)
-                    out.append(self._rep[c])
-                    todo.append(iter(self._order))
+                    out.append(b)
+                    todo.append(iter(self._search_order()))
                     break
             else:
                 path.pop()

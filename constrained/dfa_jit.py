@@ -8,6 +8,13 @@ rows are computed by the kernels of `constrained.dfa_kernels`, and whose trie
 walk (`constrained.walk_kernels`) computes the rows it meets in place instead
 of returning to Python.
 
+Its NFA is made lazy (see `grammars.nfa`): a closure that calls a rule whose
+body is not built yet returns `BUILD_RULE`, and `_build_rule` builds it and
+takes in the grown NFA. Configurations are `stack * base + NFA state` with a
+base fixed past any NFA size, per-NFA-state arrays are extended, and where
+the new body's byte masks split a byte class, the table's columns are split
+with it (`_reclassify`).
+
 numba is optional (``pip install constrained[fast]``); `native_dfa_class()`
 returns None without it or with ``CONSTRAINED_JIT=0``, and `LazyDFA` is used.
 
@@ -29,12 +36,15 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from grammars.deep import deep_call
 from grammars.dfa import DEAD, UNEXPANDED, LazyDFA
 from grammars.errors import StateBudgetError
 from grammars.nfa import FREE, NFA
 
 __all__ = ["JitDFA", "native_dfa_class"]
 
+# the configuration base of a DFA over a lazy NFA (see `JitDFA.__init__`): stacks * 2^32 fit int64
+_LAZY_BASE = 1 << 32
 _lock = threading.Lock()
 _kernels: Any = None
 _loaded = False
@@ -107,11 +117,17 @@ class JitDFA(LazyDFA):
         (True, 2)
     """
 
+    lazy_nfa = True
+
     def __init__(self, grammar, *, max_states: int = 100_000, max_depth: int = 64) -> None:
         self._k = load_kernels()
         if self._k is None:
             raise ImportError("JitDFA needs numba: pip install 'constrained[fast]'")
         nfa = self._init_nfa(grammar, max_states, max_depth)
+        if nfa.unbuilt:
+            # configurations are `stack * base + NFA state`: with lazy rules the NFA grows
+            # while the DFA lives, so the base is fixed past any size it can reach
+            self._n = _LAZY_BASE
         self._nbytes_of: tuple | None = None
         self._N = self._nfa_arrays(nfa)
         # the per-state lists become the kernels' arrays: a list of n ints is n references
@@ -127,6 +143,7 @@ class JitDFA(LazyDFA):
         ordered = self.nfa.arrays.masks            # `masks`, ascending: the NFA's mask ids
         raw = np.frombuffer(b"".join(m.to_bytes(32, "little") for m in ordered), np.uint8).reshape(len(ordered), 32)
         classes, rep, self._mask_cls = self._k.byte_classes(raw)
+        self._mask_order = ordered
         classes.flags.writeable = False
         self.byte_class = classes
         self.num_classes = len(rep)
@@ -137,7 +154,8 @@ class JitDFA(LazyDFA):
     def _nfa_arrays(self, nfa: NFA) -> tuple:
         a = nfa.arrays
         mask_cls = self._mask_cls                      # a class is in a mask iff its bytes are
-        del self._mask_cls
+        if not nfa.unbuilt:
+            del self._mask_cls
         # return states are canonicalized as in LazyDFA (see `NFA.forward`); loop exits are kept
         call_ret = a.call_dst
         if len(call_ret):
@@ -167,7 +185,7 @@ class JitDFA(LazyDFA):
         self._stk_depth = np.zeros(stacks, dtype=np.int64)
         self._stk_keys = np.zeros(4 * stacks, dtype=np.int64)
         self._stk_vals = np.full(4 * stacks, -1, dtype=np.int32)
-        self._ecl_off = np.full(self._n, -1, dtype=np.int64)
+        self._ecl_off = np.full(self.nfa.num_states, -1, dtype=np.int64)
         self._ecl_data = np.empty(4096, dtype=np.int64)
         self._counts = np.array([0, 0, 1, 0, 0, 0], dtype=np.int64)   # stack 0 is the empty stack
         self._alloc_scratch(256)
@@ -179,8 +197,8 @@ class JitDFA(LazyDFA):
         self._W = (np.empty(4 * size, np.int64), np.zeros(4 * size, np.int64), np.zeros(4 * size, np.int64),
                    np.zeros(2, np.int64), np.empty(size + 1, np.int64), np.empty(size, np.int64),
                    np.empty(size, np.int64), np.empty(size, np.int64), np.empty(c, np.int32),
-                   np.empty(c, np.int64), np.empty(c, np.int32), np.zeros(self._n, np.int64),
-                   np.empty(self._n, np.int64), np.empty(c + 1, np.int64))
+                   np.empty(c, np.int64), np.empty(c, np.int32), np.zeros(self.nfa.num_states, np.int64),
+                   np.empty(self.nfa.num_states, np.int64), np.empty(c + 1, np.int64))
 
     def _pack(self) -> None:
         self._S = (self._table, self._accepting, self._cfg_ptr, self._cfg_data, self._cfg_keys, self._cfg_vals,
@@ -189,6 +207,9 @@ class JitDFA(LazyDFA):
 
     def _grow(self, status: int) -> None:
         k = self._k
+        if status >= k.BUILD_RULE:
+            self._build_rule(status - k.BUILD_RULE)
+            return
         if status == k.BUDGET:                  # name the part of the constraint the newest state is in
             last = int(self._counts[0]) - 1
             raise self._budget_error(self._cfg_data[self._cfg_ptr[last]:self._cfg_ptr[last + 1]].tolist()
@@ -219,6 +240,48 @@ class JitDFA(LazyDFA):
         else:
             raise RuntimeError(f"unknown DFA kernel status {status}")
         self._pack()
+
+    def _build_rule(self, edge: int) -> None:
+        """Make the body of the lazy rule that call edge `edge` goes to, and take in the grown NFA.
+
+        The NFA only appends (states, edges; its masks were registered before),
+        so every DFA state, stack and memoized closure stays as it is; the
+        per-NFA-state arrays are extended.
+        """
+        nfa = self.nfa
+        deep_call(nfa.build_lazy, int(nfa.arrays.call_rule[edge]))
+        if nfa.arrays.masks != self._mask_order:
+            self._reclassify(nfa.arrays.masks)
+        self._N = self._nfa_arrays(nfa)
+        nfa.need, nfa.is_end = self._N[0], self._N[6].view(np.bool_)
+        self._ecl_off = _grown(self._ecl_off, nfa.num_states, -1)
+        self._alloc_scratch(len(self._W[5]))
+        self._pack()
+
+    def _reclassify(self, masks: tuple[int, ...]) -> None:
+        """Byte classes for the NFA's masks `masks` (a superset of those it had).
+
+        The new classes refine the old ones, so each row computed so far holds
+        for every byte of an old class: its column is copied to each class it
+        split into. The rows were computed on NFA states whose masks are all
+        unions of the old classes, the only states their DFA states contain.
+        """
+        old = self.byte_class
+        raw = np.frombuffer(b"".join(m.to_bytes(32, "little") for m in masks), np.uint8).reshape(len(masks), 32)
+        classes, rep, self._mask_cls = self._k.byte_classes(raw)
+        self._mask_order = masks
+        parent = old[rep]                               # the old class of each new class
+        if not np.array_equal(parent[classes], old):
+            raise RuntimeError("the byte classes of a grown NFA do not refine the old ones")
+        if len(rep) == self.num_classes and np.array_equal(classes, old):
+            return
+        self._table = np.ascontiguousarray(self._table[:, parent])
+        classes.flags.writeable = False
+        self.byte_class = classes
+        self.num_classes = len(rep)
+        self._bc = classes.tolist()
+        self._class_rep = rep.tolist()
+        self._mask_classes = {}
 
     def _frame(self, k: int) -> tuple[int, int]:
         return int(self._stk_ret[k]), int(self._stk_parent[k])
@@ -255,7 +318,7 @@ class JitDFA(LazyDFA):
         known = self._nbytes_of
         if known is None or known[0] is not S or known[1] is not N or known[2] is not W:
             known = self._nbytes_of = (S, N, W, sum(a.nbytes for a in S + N + W))
-        return int(known[3] + 120 * self._n + 2100 * len(self._trans))
+        return int(known[3] + 120 * self.nfa.num_states + 2100 * len(self._trans))
 
     def expand(self, states: Iterable[int] | np.ndarray) -> None:
         todo = np.asarray(states, dtype=np.int64).ravel()
@@ -299,12 +362,12 @@ class JitDFA(LazyDFA):
         return out
 
     def walk(self, state: int, data: bytes) -> int:
-        bc = self._bc
         for byte in data:
             if state < 0:
                 return DEAD
+            # `_bc` read each time: computing a row may build a lazy rule and split the classes
             state = self.next_state(state, byte) if self._table[state, 0] == UNEXPANDED \
-                else int(self._table[state, bc[byte]])
+                else int(self._table[state, self._bc[byte]])
         return state
 
     def explore(self) -> int:

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from numba import njit
 
-__all__ = ["OK", "GROW_STATES", "GROW_CFG", "GROW_STACKS", "GROW_CFG_HT", "GROW_STACK_HT", "BUDGET",
+__all__ = ["OK", "BUILD_RULE", "GROW_STATES", "GROW_CFG", "GROW_STACKS", "GROW_CFG_HT", "GROW_STACK_HT", "BUDGET",
            "GROW_SCRATCH", "GROW_ECLOSE", "DEAD", "UNEXPANDED", "expand_row", "expand_rows", "start_state", "rehash"]
 
 OK = 0
@@ -57,6 +57,10 @@ GROW_STACK_HT = 5
 BUDGET = 6
 GROW_SCRATCH = 7
 GROW_ECLOSE = 8
+
+# A closure met a call to a lazy rule without its body (`call_to` -1): the status is
+# BUILD_RULE + the call edge's index; the caller builds it (`NFA.build_lazy`) and calls again.
+BUILD_RULE = 1 << 20
 
 DEAD = -1
 UNEXPANDED = -2
@@ -304,6 +308,8 @@ def _targets(N, S, W, flat, group_ptr, n_groups, results):  # pragma: no cover -
                 j = ecl_data[i]
                 op, start, ret = call_op[j], call_to[j], call_ret[j]
                 if op <= FREE:                     # a rule or subroutine call
+                    if start < 0:                  # a lazy rule's body is made first
+                        return BUILD_RULE + j
                     if need[start] < budget + op and need[ret] <= budget:
                         sid = _push(stk_ret, stk_parent, stk_depth, stk_keys, stk_vals, counts, k, ret, op)
                         if sid < 0:

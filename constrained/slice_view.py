@@ -182,10 +182,10 @@ def _level_jit(kernel, dfa, q: int, sl: Slice, level: int, lenient: bool):
     moves = sl.flat_moves_at(level)
     n = len(sl.table)
     work = np.zeros(2 * n + 1 + fsm_jit.META_SIZE + 256, dtype=np.int32)
-    byte_class = dfa.byte_class
     first_bytes = sl.first_bytes_at(level)
     while True:
-        out = kernel(q, lenient, MAX_EXCLUDED, moves, first_bytes, byte_class, dfa.table, work)
+        # both read again after each row: a row that builds a lazy rule may split the byte classes
+        out = kernel(q, lenient, MAX_EXCLUDED, moves, first_bytes, dfa.byte_class, dfa.table, work)
         if out != fsm_jit.NEED_ROW:
             break
         # computed in the order the numpy check computes rows, so state ids agree

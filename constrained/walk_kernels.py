@@ -4,8 +4,13 @@
 bounded product walk that proves two states equivalent. Both take the DFA's
 argument tuples (``N``, ``S``, ``W``: see `constrained.dfa_kernels`) and
 compute missing rows in place with `dfa_kernels.expand_row`; when a table must
-grow first they return its GROW_* status and the caller (`JitDFA`) grows the
-arrays and resumes or retries. Imported only when numba is.
+grow first, or a lazy rule must be built (`dfa_kernels.BUILD_RULE`), they
+return that status and the caller (`JitDFA`) grows the arrays or the NFA and
+resumes or retries. Imported only when numba is.
+
+numba's on-disk cache of these kernels is keyed on this file alone, not on the
+`dfa_kernels` functions compiled into them: after changing those, change this
+file too (its docstring will do), or the old code is loaded.
 """
 
 from __future__ import annotations

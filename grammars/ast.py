@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Union
 
+from grammars.errors import StateBudgetError
 from grammars.native import checkpoint
 
 __all__ = [
@@ -259,10 +260,22 @@ def alt(*items: Node) -> Node:
     return out[0] if len(out) == 1 else Alt(tuple(out))
 
 
+# Counter bounds are 64-bit in the DFA's configurations (see `grammars.nfa`): a larger
+# upper bound counts as none, a larger lower bound is refused here, where the syntax
+# is made, so that a part of a constraint built only when first reached never fails.
+COUNT_MAX = 1 << 62
+
+
 def repeat(item: Node, lo: int, hi: int | None) -> Node:
-    """`item{lo,hi}`; `hi=None` means unbounded."""
+    """`item{lo,hi}`; `hi=None` means unbounded.
+
+    Raises:
+        StateBudgetError: `lo` is past `COUNT_MAX`.
+    """
     if lo < 0 or (hi is not None and hi < lo):
         raise ValueError(f"bad repetition bounds {{{lo},{hi}}}")
+    if lo > COUNT_MAX:
+        raise StateBudgetError(COUNT_MAX, "a counted repeat's minimum", unit="repetitions", option=None)
     if hi == 0 or item == EMPTY:
         return EMPTY
     if item == NOTHING:

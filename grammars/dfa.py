@@ -66,6 +66,10 @@ class LazyDFA:
         (True, 2)
     """
 
+    # Whether the NFA may leave subschemas to be built when first reached (`NFA.build_lazy`):
+    # only `constrained.dfa_jit.JitDFA` builds them; here the NFA is built whole.
+    lazy_nfa = False
+
     def __init__(self, grammar: Grammar, *, max_states: int = 100_000, max_depth: int = 64) -> None:
         nfa = self._init_nfa(grammar, max_states, max_depth)
         need = nfa.need                 # a list, or int64 from the compiled kernel: Python ints index faster
@@ -100,7 +104,7 @@ class LazyDFA:
         # thousands of objects that every full GC collection walks)
         self.max_states = max_states
         self.max_depth = max_depth
-        self.nfa = nfa = NFA(grammar, max_depth=max_depth)
+        self.nfa = nfa = NFA(grammar, max_depth=max_depth, lazy=self.lazy_nfa)
         self._n = nfa.num_states
         self._init_classes(nfa.masks())
         self._trans: dict[int, np.ndarray] = {}

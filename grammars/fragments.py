@@ -31,12 +31,12 @@ Example:
 
 from __future__ import annotations
 
-from grammars.ast import Alt, ByteSet, Node, Ref, Repeat, Seq, non_empty, repeat, surely_nullable
+from grammars.ast import COUNT_MAX, Alt, ByteSet, Node, Ref, Repeat, Seq, non_empty, repeat, surely_nullable
 from grammars.errors import StateBudgetError
 from grammars.native import checkpoint
 
 __all__ = ["FragmentBuilder", "share", "compact", "trie_complement", "REG", "FREE", "ENTER", "HEAD", "INC", "UNROLL_LIMIT",
-           "SUBROUTINE_MIN"]
+           "SUBROUTINE_MIN", "LAZY_MIN"]
 
 # Kinds of call edge (`NFAArrays.call_op`). REG: a rule call (`Ref`), one level of
 # nesting depth; FREE: a subroutine call, no depth; ENTER: push a counter frame
@@ -46,8 +46,6 @@ REG, FREE, ENTER, HEAD, INC = range(5)
 # A repeat is copied when its bound is at most this (a byte class: 8); else a counter loop.
 UNROLL_LIMIT = 4
 _BYTE_UNROLL_LIMIT = 8
-# Counter bounds are 64-bit in the DFA's configurations: larger upper bounds count as none.
-COUNT_MAX = 1 << 62
 # A node built again whose fragment has at least this many states becomes a subroutine.
 # (16 before: on maskbench-dev, 6 makes JSON whitespace gaps and small values calls,
 # median NFA build -19%, p99 -38%, and masks no slower: 17.8 vs 19.0 us mean.)
@@ -59,12 +57,18 @@ def _items(node: Node) -> tuple[Node, ...]:
     return node.items if type(node) is Seq and id(node) not in _COMPACT else (node,)
 
 
+# A labeled node (a subschema) of at least this many syntax nodes is built
+# lazily in an NFA made with ``lazy=True``: a FREE call to a rule whose body is
+# made when the DFA first reaches it (`NFA.build_lazy`).
+LAZY_MIN = 24
+
 # Process-wide NFA fragments of nodes that many grammars contain (JSON
 # whitespace, string characters, numbers): id(node) -> node, kept alive so
 # that the id stays valid, and id(node) -> template (see `_template`).
 _SHARED: dict[int, Node] = {}
 _TEMPLATES: dict[int, tuple] = {}
 _COMPACT: set[int] = set()
+
 # A `compact` node whose minimal DFA has more states than this is built the generic way.
 _COMPACT_MAX_STATES = 512
 
@@ -182,6 +186,10 @@ class FragmentBuilder:
             return t
         label = self._labels.get(id(node))
         if label is not None:
+            if self._lazy is not None and not self._no_subs and node is not self._eager_node:
+                t = self._lazy_call(node, s)
+                if t >= 0:
+                    return t
             c0 = self._count
             t = self._build_node(node, s)
             self.origins.append((c0, self._count, label[1]))
@@ -219,6 +227,29 @@ class FragmentBuilder:
         else:
             raise TypeError(f"not a grammar node: {node!r}")
         self._frags[node] = (*mark, self._count, t, len(self._eps_src), len(self._byte_src), len(self._call_src))
+        return t
+
+    # -- lazy rules (see `NFA.build_lazy`) --------------------------------------
+
+    def _lazy_call(self, node: Node, s: int) -> int:
+        """A FREE call from `s` to the lazy rule of labeled `node`; -1 where `node` is built now.
+
+        Only a node of `LAZY_MIN` syntax nodes or more that surely reaches its
+        end without a rule call is deferred: its rule's `need` is 0, which the
+        NFA's `need` assumes before the body exists, so that nothing computed
+        from it changes when the body is made.
+        """
+        rule = self._lazy_rule_of.get(id(node))
+        if rule is None:
+            if id(node) in _SHARED or not _at_least(node, LAZY_MIN) or not _ends_free(node, self._free_memo):
+                return -1                           # (a shared node is replayed from its template: cheap)
+            rule = self._lazy_rule_of[id(node)] = len(self.rule_start)
+            self.rule_names.append(f"lazy:{rule}")
+            self.rule_start.append(-1)
+            self.rule_end.append(-1)
+            self._lazy[rule] = node
+        t = self._new()
+        self._call(s, FREE, t, rule=rule)
         return t
 
     def _record_template(self, node: Node) -> tuple | None:
@@ -547,3 +578,51 @@ class FragmentBuilder:
         self._eps_dst.extend([t] * (k + 1))
         self._count = t + k + 1
         return t
+
+
+def _at_least(node: Node, limit: int) -> bool:
+    """Whether the tree of `node` has at least `limit` nodes (shared ones counted per use; stops at `limit`)."""
+    stack, count = [node], 0
+    while stack:
+        x = stack.pop()
+        count += 1
+        if count >= limit:
+            return True
+        kind = type(x)
+        if kind is Seq or kind is Alt:
+            stack.extend(x.items)
+        elif kind is Repeat:
+            stack.append(x.item)
+    return False
+
+
+
+def _ends_free(node: Node, memo: dict[int, bool]) -> bool:
+    """Whether some text takes `node` from its entry to its exit without a rule call
+    (memoized by id; an `Alt` stops at its first such branch)."""
+    kind = type(node)
+    if kind is ByteSet:
+        return node.mask != 0
+    if kind is Ref:
+        return False
+    if kind is Repeat and node.min == 0:
+        return True
+    key = id(node)
+    got = memo.get(key)
+    if got is None:
+        if kind is Seq:
+            got = True
+            for x in node.items:
+                if not _ends_free(x, memo):
+                    got = False
+                    break
+        elif kind is Alt:
+            got = False
+            for x in node.items:
+                if _ends_free(x, memo):
+                    got = True
+                    break
+        else:
+            got = _ends_free(node.item, memo)
+        memo[key] = got
+    return got

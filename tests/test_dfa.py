@@ -259,11 +259,25 @@ def _random_node(rng: random.Random, names: list[str], d: int, counted: bool = F
 
 
 def check_random_grammar(seed: int, cls: type = LazyDFA, *, max_rules: int = 3, counted: bool = False,
-                         max_states: int = 5000, texts: int = 60, max_len: int = 6) -> None:
-    """The random grammar of `seed` (`_random_node`): every DFA state live, and matches == the reference matcher."""
+                         max_states: int = 5000, texts: int = 60, max_len: int = 6, labeled: bool = False) -> None:
+    """The random grammar of `seed` (`_random_node`): every DFA state live, and matches == the reference matcher.
+
+    `labeled`: about half the sequences, alternations and repeats are labeled, as a
+    schema's subschemas are, so that an NFA made with ``lazy=True`` defers them."""
     rng = random.Random(seed)
     names = [f"r{i}" for i in range(rng.randint(1, max_rules))]
-    g = Grammar({n: _random_node(rng, names, 0, counted) for n in names}, start=names[0])
+    rules = {n: _random_node(rng, names, 0, counted) for n in names}
+    info: dict = {}
+    if labeled:
+        info["labels"] = labels = {}
+        todo = list(rules.values())
+        while todo:
+            node = todo.pop()
+            if isinstance(node, (Seq, Alt, Repeat)):
+                if rng.random() < 0.5:
+                    labels[id(node)] = (node, f"$.n{len(labels)}")
+                todo.extend(node.items if not isinstance(node, Repeat) else (node.item,))
+    g = Grammar(rules, start=names[0], info=info)
     depth = rng.randint(0, 3)
     dfa = cls(g, max_depth=depth, max_states=max_states)
     live, _ = live_states(dfa)

@@ -36,9 +36,8 @@ def corpus_grammars(limit: int | None = None) -> list[tuple[str, Grammar, int]]:
 
 def same_language(a, b, max_pairs: int = 4000) -> int:
     """Product walk from both initial states: the same bytes lead to states agreeing on
-    acceptance and death. Returns the number of state pairs checked."""
-    assert a.num_classes == b.num_classes
-    assert np.array_equal(a.byte_class, b.byte_class)
+    acceptance and death, byte by byte (a JitDFA over a lazy NFA starts with coarser byte
+    classes, split as its lazy rules are built). Returns the number of state pairs checked."""
     todo = [(a.initial, b.initial)]
     seen = set(todo)
     while todo and len(seen) < max_pairs:

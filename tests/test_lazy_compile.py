@@ -311,7 +311,9 @@ def _live_nodes() -> int:
 def test_compiled_constraints_keep_no_syntax_trees(vocabulary) -> None:
     """A server keeps up to 128 compiled FSMs: each full GC collection walks what they hold.
     Compiling distinct schemas (objects with extra keys: key complements) and dropping them
-    leaves no syntax trees behind, in the FSMs or in process-wide tables."""
+    leaves no syntax trees behind, in the FSMs or in process-wide tables. An FSM holds the
+    syntax of the subschemas it has not built yet (`NFA.build_lazy`), and no more once a walk
+    has built them all."""
     vocab = vocabulary("llama-bpe")
 
     def schema(i: int) -> dict:
@@ -323,8 +325,14 @@ def test_compiled_constraints_keep_no_syntax_trees(vocabulary) -> None:
     clear_cache()
     before = _live_nodes()
     kept = [compile_json_schema(schema(i), vocab) for i in range(40)]
-    for fsm in kept:
+    for i, fsm in enumerate(kept):
         fsm.guide().allowed_token_ids()
+        guide = fsm.guide()
+        doc = {f"name{i}x{j}": "a" if j % 2 else 1.5 for j in range(6)} | {f"name{i}x{j}X": 2 for j in range(6)}
+        for tok in vocab_encode(vocab, json.dumps(doc)):
+            assert guide.advance(tok)
+        assert fsm.is_accepting(guide.state)
+        assert fsm.dfa.nfa.unbuilt == 0
     held = _live_nodes() - before
     del kept, fsm
     clear_cache()

@@ -1,0 +1,180 @@
+"""Lazy NFA rules: subschemas built when the DFA first reaches them (`NFA.build_lazy`).
+
+A `JitDFA` makes its NFA with ``lazy=True``: a large labeled node (a subschema)
+that surely ends without a rule call becomes a FREE call to a rule whose body
+is built on first reach. These tests hold it to the eager NFA: same masks,
+every state live, byte classes split when a late body needs it, errors at
+compile time, and an NFA left as it was when a build fails.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from constrained.compile import clear_cache, compile_json_schema
+from grammars import fragments
+from grammars.errors import StateBudgetError
+from grammars.json_schema import json_schema_grammar
+from grammars.nfa import NFA
+from tests.conftest import requires_jit
+from tests.test_dfa import check_random_grammar
+from tests.test_lazy_compile import vocab_encode
+
+pytestmark = requires_jit
+from constrained.dfa_jit import JitDFA  # noqa: E402
+
+CORPUS = Path(__file__).resolve().parent.parent / "bench" / "corpus"
+
+NESTED = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "size": {"type": "object", "properties": {"w": {"type": "number"}, "h": {"type": "number"},
+                                                  "unit": {"enum": ["cm", "in"]}}, "required": ["w", "h"]},
+        "tags": {"type": "array", "items": {"type": "object", "properties": {"k": {"type": "string"},
+                                                                             "v": {"type": "integer"}}}},
+    },
+    "required": ["name", "size"],
+}
+
+
+@pytest.fixture
+def eager(monkeypatch):
+    """Compile with the whole NFA built up front (as before lazy rules)."""
+    def compile_eager(schema, vocab):
+        clear_cache()
+        with monkeypatch.context() as m:
+            m.setattr(JitDFA, "lazy_nfa", False)
+            fsm = compile_json_schema(schema, vocab)
+        clear_cache()
+        return fsm
+    return compile_eager
+
+
+def test_subschemas_are_built_when_first_reached(vocabulary) -> None:
+    vocab = vocabulary("llama-bpe")
+    clear_cache()
+    fsm = compile_json_schema(NESTED, vocab)
+    nfa = fsm.dfa.nfa
+    eager_states = NFA(json_schema_grammar(NESTED)).num_states
+    assert nfa.unbuilt >= 2, "the nested object and the array's items are deferred"
+    assert nfa.num_states < eager_states / 2, (nfa.num_states, eager_states)
+    before = nfa.unbuilt
+    guide = fsm.guide()
+    for t in _ids(vocab, json.dumps({"name": "a", "size": {"w": 1, "h": 2.5, "unit": "cm"}})):
+        assert guide.advance(t)
+    assert fsm.is_accepting(guide.state)
+    assert nfa.unbuilt < before, "walking into `size` built its rule"
+
+
+def _ids(vocab, text: str) -> list[int]:
+    return vocab_encode(vocab, text)
+
+
+@pytest.mark.parametrize("path", sorted(CORPUS.glob("*.json"))[::3], ids=lambda p: p.stem)
+def test_lazy_and_eager_masks_agree(path, vocabulary, eager) -> None:
+    """Every mask along every valid test of a corpus schema is the eager NFA's mask."""
+    vocab = vocabulary("llama-bpe")
+    case = json.loads(path.read_text())
+    try:
+        want = eager(case["schema"], vocab)
+    except Exception as e:  # noqa: BLE001 - a schema the compiler refuses is refused alike
+        with pytest.raises(type(e)):
+            clear_cache()
+            compile_json_schema(case["schema"], vocab)
+        return
+    clear_cache()
+    got = compile_json_schema(case["schema"], vocab)
+    walked = 0
+    for test in case["tests"]:
+        if not test["valid"]:
+            continue
+        ids = _ids(vocab, json.dumps(test["data"]))
+        a, b = fsm_masks(got, ids), fsm_masks(want, ids)
+        assert len(a) == len(b)
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert np.array_equal(x, y), f"mask {i} of {test['description']!r}"
+        walked += 1
+    assert walked or not any(t["valid"] for t in case["tests"])
+
+
+def fsm_masks(fsm, ids: list[int]) -> list[np.ndarray]:
+    guide, out = fsm.guide(), []
+    for t in ids:
+        out.append(fsm.bitmask(guide.state).copy())
+        if not guide.advance(t):
+            break
+    else:
+        out.append(fsm.bitmask(guide.state).copy())
+    return out
+
+
+def test_byte_classes_split_when_a_late_rule_needs_it(vocabulary, eager) -> None:
+    """A deferred subschema with bytes no other part tells apart: the DFA's classes split
+    when it is built, rows computed before keep their targets, and masks stay exact."""
+    schema = {"type": "object", "properties": {
+        "a": {"type": "object", "properties": {"code": {"type": "string", "pattern": "^[q-s]{2}[0-4]$"},
+                                               "n": {"type": "integer"}}, "required": ["code"]}},
+        "required": ["a"]}
+    vocab = vocabulary("llama-bpe")
+    clear_cache()
+    fsm = compile_json_schema(schema, vocab)
+    assert fsm.dfa.nfa.unbuilt >= 1
+    classes = fsm.dfa.num_classes
+    want = eager(schema, vocab)
+    for text in ['{"a": {"code": "qs3"}}', '{"a": {"n": 4, "code": "rr0"}}']:
+        ids = _ids(vocab, text)
+        for x, y in zip(fsm_masks(fsm, ids), fsm_masks(want, ids)):
+            assert np.array_equal(x, y)
+    assert fsm.dfa.num_classes > classes, "q-s and 0-4 became classes of their own"
+    assert fsm.dfa.nfa.unbuilt == 0
+    guide = fsm.guide()
+    ids = _ids(vocab, '{"a": {"code": "qq5"}}')
+    assert not all(guide.advance(t) for t in ids), "5 is not in [0-4]"
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_random_labeled_grammars_lazy(seed: int, monkeypatch) -> None:
+    """Random grammars with labeled parts, deferred from 2 nodes up: every DFA state
+    live and every match as the reference matcher says."""
+    monkeypatch.setattr(fragments, "LAZY_MIN", 2)
+    check_random_grammar(seed, JitDFA, max_rules=2, counted=seed % 2 == 1, labeled=True, texts=80, max_len=8,
+                         max_states=20000)
+
+
+def test_minimum_past_64_bits_fails_at_compile_even_when_deferred(vocabulary) -> None:
+    vocab = vocabulary("gpt-2")
+    deep = {"type": "object", "properties": {"o": {"type": "object", "properties": {
+        "x": {"type": "string"}, "y": {"type": "string"}, "z": {"type": "array", "minItems": 10**20}}}}}
+    with pytest.raises(StateBudgetError, match="counted repeat's minimum"):
+        compile_json_schema(deep, vocab)
+
+
+def test_a_failed_build_leaves_the_nfa_as_it_was(vocabulary, monkeypatch) -> None:
+    vocab = vocabulary("llama-bpe")
+    clear_cache()
+    fsm = compile_json_schema(NESTED, vocab)
+    nfa = fsm.dfa.nfa
+    state = (nfa.num_states, nfa.unbuilt, len(nfa.rule_start), nfa.arrays.edge_dst.copy())
+    real = NFA._build_pending
+
+    def failing(self):
+        real(self)                            # the body and its subroutines are built, then it fails
+        raise MemoryError("injected")
+
+    monkeypatch.setattr(NFA, "_build_pending", failing)
+    rule = next(iter(nfa._lazy))
+    with pytest.raises(MemoryError):
+        nfa.build_lazy(rule)
+    assert (nfa.num_states, nfa.unbuilt, len(nfa.rule_start)) == state[:3]
+    assert np.array_equal(nfa.arrays.edge_dst, state[3])
+    monkeypatch.setattr(NFA, "_build_pending", real)
+    ids = _ids(vocab, json.dumps({"name": "x", "size": {"w": 1, "h": 2}, "tags": [{"k": "a", "v": 1}]}))
+    guide = fsm.guide()
+    for t in ids:
+        assert guide.advance(t)
+    assert fsm.is_accepting(guide.state)
