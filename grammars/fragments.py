@@ -186,13 +186,23 @@ class FragmentBuilder:
             return t
         label = self._labels.get(id(node))
         if label is not None:
-            if self._lazy is not None and not self._no_subs and node is not self._eager_node:
+            if self._lazy is None:
+                c0 = self._count
+                t = self._build_node(node, s)
+                self.origins.append((c0, self._count, label[1]))
+                return t
+            path = label[1]
+            if s not in self._entries and path != self._home and path != self._owner and not self._no_subs:
                 t = self._lazy_call(node, s)
                 if t >= 0:
                     return t
-            c0 = self._count
-            t = self._build_node(node, s)
-            self.origins.append((c0, self._count, label[1]))
+            c0, owner = self._count, self._owner
+            self._owner = path                       # its parts labeled alike are its own: not deferred
+            try:
+                t = self._build_node(node, s)
+            finally:
+                self._owner = owner
+            self.origins.append((c0, self._count, path))
             return t
         return self._build_node(node, s)
 
@@ -234,8 +244,14 @@ class FragmentBuilder:
     def _lazy_call(self, node: Node, s: int) -> int:
         """A FREE call from `s` to the lazy rule of labeled `node`; -1 where `node` is built now.
 
-        Only a node of `LAZY_MIN` syntax nodes or more that surely reaches its
-        end without a rule call is deferred: its rule's `need` is 0, which the
+        Not deferred (see `_build`): a node that starts where no byte has been
+        read since its rule's start (`_entries`: a rule's own node, a root
+        schema after optional whitespace, the branches of a root `anyOf`),
+        which the DFA's first state would build at once; and the parts of the
+        subschema being built (labeled with its path: a flattened sequence's
+        items) or of the rule's own (``info["homes"]``). Otherwise only a node of
+        `LAZY_MIN` syntax nodes or more that surely reaches its end without a
+        rule call is deferred: its rule's `need` is 0, which the
         NFA's `need` assumes before the body exists, so that nothing computed
         from it changes when the body is made.
         """
@@ -505,10 +521,17 @@ class FragmentBuilder:
 
     def _build_seq(self, items: tuple[Node, ...], at: int, stop: int, s: int) -> int:
         checkpoint()
+        entries = self._entries
         for i in range(at, stop):
             item = items[i]
             # byte sets inline: most items of literals and UTF-8 sequences are bytes
-            s = self._byte(s, item.mask) if type(item) is ByteSet else self._build(item, s)
+            if type(item) is ByteSet:
+                s = self._byte(s, item.mask)
+            else:
+                t = self._build(item, s)
+                if s in entries and surely_nullable(item, self._null_memo):
+                    entries.add(t)               # still no byte read since the rule's start
+                s = t
         return s
 
     def _build_repeat(self, node: Repeat, s: int) -> int:
@@ -526,6 +549,8 @@ class FragmentBuilder:
         if node.max is None:
             # Loop through a fresh head so no back edge ever enters `s`.
             head = self._new()
+            if s in self._entries:
+                self._entries.add(head)
             self._eps(s, head)
             self._eps(self._build(node.item, head), head)
             t = self._new()

@@ -134,7 +134,9 @@ def json_schema_grammar(
     info = {"max_depth": max_recursion_depth + max_any_depth + 1, "whitespace": policy, "labels": c.labels,
             "tries": c.tries, "max_recursion_depth": max_recursion_depth, "max_any_depth": max_any_depth,
             "kind": "JSON schema", "empty_at": c.empty, "report": _dedup(c.notes), "numbers": numbers,
-            "prelude": ANY_RULE if ANY_RULE in c.rules else None}
+            "prelude": ANY_RULE if ANY_RULE in c.rules else None,
+            # the path of each rule's own subschema, whose parts an NFA does not defer (`grammars.nfa`)
+            "homes": {"start": "$", **{name: name[4:] for name in c.rules if name.startswith("ref:")}}}
     return Grammar(rules, "start", info, check_refs=False)     # the compiler defines every rule it refers to
 
 

@@ -217,9 +217,9 @@ class NFA(FragmentBuilder):
         for i, name in enumerate(names):
             if i == 0 or i >= built:
                 self.rule_start[i] = start = self._new()
-                self._eager_node = grammar.rules[name]      # a rule's own node is never deferred
+                self._entries.add(start)
+                self._home = self._homes.get(name)
                 self.rule_end[i] = self._build(grammar.rules[name], start)
-        self._eager_node = None
         self._build_pending()
         self._finish(max_depth)
 
@@ -261,7 +261,13 @@ class NFA(FragmentBuilder):
         self._lazy: dict[int, Node] | None = {} if lazy else None
         self._lazy_rule_of: dict[int, int] = {}      # id(node) -> its lazy rule
         self._placeholder: dict[int, int] = {}       # lazy rule -> the end state standing in for its body
-        self._eager_node: Node | None = None          # the node being built as a rule's body: not deferred
+        # states no byte leads to from their rule's start (its own, or a lazy body's): nodes built
+        # from them are not deferred (see `_lazy_call`)
+        self._entries: set[int] = set()
+        self._null_memo: dict[int, bool] = {}        # `surely_nullable`'s, for `_entries`
+        self._homes: Mapping[str, str] = info.get("homes") or {}
+        self._home: str | None = None                # the label of the rule's (or lazy body's) own subschema
+        self._owner: str | None = None               # the label of the labeled node being built
         self._free_memo: dict[int, bool] = {}        # see `fragments._ends_free`
 
     # -- preludes -------------------------------------------------------------
@@ -330,7 +336,7 @@ class NFA(FragmentBuilder):
         del self._frags, self._dead, self._mask_id, self._eps_src, self._eps_dst, self._byte_src, self._byte_mask, self._byte_dst
         del self._call_src, self._call_rule, self._call_dst, self._call_op, self._call_to, self._call_lo, self._call_hi
         del self._subs, self._pending, self._labels, self._tries, self._head_tables
-        del self._lazy_rule_of, self._free_memo
+        del self._lazy_rule_of, self._free_memo, self._entries, self._null_memo
 
     # -- lazy rules -----------------------------------------------------------
 
@@ -354,12 +360,11 @@ class NFA(FragmentBuilder):
         with gc_paused():
             try:
                 start = self._new()
-                self._eager_node = node
+                self._entries.add(start)
+                self._home = self._labels[id(node)][1]
                 end = self._build(node, start)
-                self._eager_node = None
                 self._build_pending()
             except BaseException:
-                self._eager_node = None
                 self._rollback(marks)
                 self._lazy[rule] = node
                 raise
@@ -391,6 +396,7 @@ class NFA(FragmentBuilder):
                 del table[key]
         for rule in [x for x in self._lazy if x >= r]:
             del self._lazy[rule]
+        self._entries = {x for x in self._entries if x < count}
         self._pending = []
 
     def _columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
