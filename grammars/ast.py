@@ -39,6 +39,13 @@ MAX_CODEPOINT = 0x10FFFF
 _SURROGATES = (0xD800, 0xDFFF)
 
 
+# Nodes are immutable: nothing assigns a field after construction but the hash
+# cache. They are not dataclasses with `frozen=True`, though: a frozen class's
+# `__init__` sets each field through `object.__setattr__`, and dataclasses
+# generate it as Python code, which the compiled module cannot compile; the
+# constructors written out here, plain attribute stores, made the median
+# schema's grammar 12% faster compiled (245 -> 215 us).
+#
 # Nodes are shared DAGs that get hashed and compared a lot (dedup in `alt`,
 # memo tables keyed by node): each caches its hash when first asked (not at
 # construction: `seq` and `literal` make many nodes that are flattened into
@@ -48,11 +55,14 @@ _SURROGATES = (0xD800, 0xDFFF)
 # a tenth of the median schema's grammar).
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class ByteSet:
     """One byte whose value is in `mask` (bit b set means byte b is allowed)."""
 
     mask: int
+
+    def __init__(self, mask: int) -> None:
+        self.mask = mask
 
     def __contains__(self, byte: int) -> bool:
         return bool(self.mask >> byte & 1)
@@ -67,10 +77,14 @@ class ByteSet:
         return [b for b in range(256) if self.mask >> b & 1]
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class Seq:
     items: tuple["Node", ...]
     _hash: int = field(default=0, init=False, repr=False, compare=False)   # computed when first asked
+
+    def __init__(self, items: tuple["Node", ...]) -> None:
+        self.items = items
+        self._hash = 0
 
     def __eq__(self, other: object) -> bool:
         return self is other or (type(other) is Seq and len(self.items) == len(other.items)
@@ -80,17 +94,21 @@ class Seq:
         h = self._hash
         if not h:
             h = hash(("seq", self.items)) or 1
-            object.__setattr__(self, "_hash", h)
+            self._hash = h
         return h
 
     def __reduce__(self) -> tuple:
         return Seq, (self.items,)  # the cached hash is per process (string hashes are salted)
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class Alt:
     items: tuple["Node", ...]
     _hash: int = field(default=0, init=False, repr=False, compare=False)   # computed when first asked
+
+    def __init__(self, items: tuple["Node", ...]) -> None:
+        self.items = items
+        self._hash = 0
 
     def __eq__(self, other: object) -> bool:
         return self is other or (type(other) is Alt and len(self.items) == len(other.items)
@@ -100,19 +118,25 @@ class Alt:
         h = self._hash
         if not h:
             h = hash(("alt", self.items)) or 1
-            object.__setattr__(self, "_hash", h)
+            self._hash = h
         return h
 
     def __reduce__(self) -> tuple:
         return Alt, (self.items,)
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class Repeat:
     item: "Node"
     min: int
     max: int | None
     _hash: int = field(default=0, init=False, repr=False, compare=False)   # computed when first asked
+
+    def __init__(self, item: "Node", min: int, max: int | None) -> None:   # noqa: A002 - the field names
+        self.item = item
+        self.min = min
+        self.max = max
+        self._hash = 0
 
     def __eq__(self, other: object) -> bool:
         return self is other or (
@@ -123,18 +147,21 @@ class Repeat:
         h = self._hash
         if not h:
             h = hash(("repeat", self.item, self.min, self.max)) or 1
-            object.__setattr__(self, "_hash", h)
+            self._hash = h
         return h
 
     def __reduce__(self) -> tuple:
         return Repeat, (self.item, self.min, self.max)
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False, init=False)
 class Ref:
     """A call to the rule `name` of the enclosing `Grammar`."""
 
     name: str
+
+    def __init__(self, name: str) -> None:
+        object.__setattr__(self, "name", name)
 
     def __eq__(self, other: object) -> bool:
         return type(other) is Ref and self.name == other.name

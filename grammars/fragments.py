@@ -209,7 +209,7 @@ class FragmentBuilder:
     def _build_node(self, node: Node, s: int) -> int:
         checkpoint()                                 # compiled: let other threads in (see `grammars.native`)
         kind = type(node)
-        frag = self._frags.get(node) if self.replay else None
+        frag = self._frags.get(id(node)) if self.replay else None
         if frag is not None:
             if frag[5] - frag[1] < SUBROUTINE_MIN or not self.subroutines or self._no_subs:
                 return self._copy(frag, s)
@@ -236,7 +236,10 @@ class FragmentBuilder:
             t = self._build_repeat(node, s)
         else:
             raise TypeError(f"not a grammar node: {node!r}")
-        self._frags[node] = (*mark, self._count, t, len(self._eps_src), len(self._byte_src), len(self._call_src))
+        # keyed by identity (the node kept alive beside it): hashing every new node by its
+        # structure was a seventh of building an NFA, for little sharing
+        self._frags[id(node)] = (*mark, self._count, t, len(self._eps_src), len(self._byte_src), len(self._call_src))
+        self._frag_nodes.append(node)
         return t
 
     # -- lazy rules (see `NFA.build_lazy`) --------------------------------------
@@ -305,9 +308,10 @@ class FragmentBuilder:
         now, it would lie inside the fragment being built, whose later copies
         would carry a dead copy of it.
         """
-        rule = self._subs.get(node)
+        rule = self._subs.get(id(node))
         if rule is None:
-            rule = self._subs[node] = len(self.rule_start)
+            rule = self._subs[id(node)] = len(self.rule_start)   # by identity, as `_frags`
+            self._frag_nodes.append(node)
             self.rule_names.append(f"sub:{rule}")
             self.rule_start.append(-1)
             self.rule_end.append(-1)

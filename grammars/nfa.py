@@ -141,10 +141,11 @@ class _Prelude:
     mask_id: dict[int, int] = field(default_factory=dict)
     starts: list[int] = field(default_factory=list)
     ends: list[int] = field(default_factory=list)
-    subs: dict[Node, int] = field(default_factory=dict)
-    frags: dict[Node, tuple[int, ...]] = field(default_factory=dict)
+    subs: dict[int, int] = field(default_factory=dict)
+    frags: dict[int, tuple[int, ...]] = field(default_factory=dict)
     dead: bool = False
     tables: tuple[np.ndarray, ...] = ()   # `cols` as `NFA._columns` gives them, converted once
+    frag_nodes: list[Node] = field(default_factory=list)
 
     @classmethod
     def make(cls, name: str, node: Node) -> _Prelude:
@@ -160,7 +161,7 @@ class _Prelude:
         if 0 in b._call_rule:
             return cls(node, [])
         return cls(node, b.rule_names, b._count, tuple(list(c) for c in b._builder_columns()), dict(b._mask_id),
-                   b.rule_start, b.rule_end, dict(b._subs), dict(b._frags), b._dead, b._columns())
+                   b.rule_start, b.rule_end, dict(b._subs), dict(b._frags), b._dead, b._columns(), b._frag_nodes)
 
 
 _PRELUDES: dict[int, _Prelude] = {}
@@ -243,7 +244,7 @@ class NFA(FragmentBuilder):
         self._call_to: list[int] = []        # counter edges: the state they go to (rule calls: -1)
         self._call_lo: list[int] = []
         self._call_hi: list[int] = []
-        self._subs: dict[Node, int] = {}     # node -> its subroutine's rule index
+        self._subs: dict[int, int] = {}      # id(node) -> its subroutine's rule index
         self._no_subs = 0                    # > 0 while recording a template (see `_build_shared`)
         self._pending: list[tuple[int, tuple[int, ...] | None, Node]] = []   # subroutine bodies to make
         self._labels: dict[int, tuple[Node, str]] = dict(info.get("labels") or {})
@@ -251,7 +252,8 @@ class NFA(FragmentBuilder):
         # (first state, end state, label): the states each labeled node built (see `origin`)
         self.origins: list[tuple[int, int, str]] = []
         # node -> (entry, first state, end state, exit, edge offsets) of its first build
-        self._frags: dict[Node, tuple[int, ...]] = {}
+        self._frags: dict[int, tuple[int, ...]] = {}
+        self._frag_nodes: list[Node] = []    # the nodes of `_frags`, alive: their ids stay theirs
         self._dead = False  # built a NOTHING (some states may not reach their rule's end)
         self._head_tables: tuple[np.ndarray, ...] = ()   # the prelude's part of `_columns`, if any
         # grammar rules first; subroutines are appended while building them
@@ -293,6 +295,7 @@ class NFA(FragmentBuilder):
             col.extend(values)
         self._mask_id.update(p.mask_id)
         self._frags.update(p.frags)
+        self._frag_nodes.extend(p.frag_nodes)
         self._subs.update(p.subs)
         self._dead = p.dead
         self._head_tables = p.tables
@@ -333,7 +336,7 @@ class NFA(FragmentBuilder):
         if self._lazy:
             self._head_tables = cols          # the next `_columns` converts only what is built after
             return
-        del self._frags, self._dead, self._mask_id, self._eps_src, self._eps_dst, self._byte_src, self._byte_mask, self._byte_dst
+        del self._frags, self._frag_nodes, self._dead, self._mask_id, self._eps_src, self._eps_dst, self._byte_src, self._byte_mask, self._byte_dst
         del self._call_src, self._call_rule, self._call_dst, self._call_op, self._call_to, self._call_lo, self._call_hi
         del self._subs, self._pending, self._labels, self._tries, self._head_tables
         del self._lazy_rule_of, self._free_memo, self._entries, self._null_memo
