@@ -197,6 +197,7 @@ class FragmentBuilder:
                 if t >= 0:
                     return t
             c0, owner = self._count, self._owner
+            self._built_labels.append(id(node))
             self._owner = path                       # its parts labeled alike are its own: not deferred
             try:
                 t = self._build_node(node, s)
@@ -258,7 +259,7 @@ class FragmentBuilder:
         NFA's `need` assumes before the body exists, so that nothing computed
         from it changes when the body is made.
         """
-        rule = self._lazy_rule_of.get(id(node))
+        rule = self._lazy_rule_of.get(id(node))     # (entries go when built: their nodes may go too)
         if rule is None:
             if id(node) in _SHARED or not _at_least(node, LAZY_MIN) or not _ends_free(node, self._free_memo):
                 return -1                           # (a shared node is replayed from its template: cheap)

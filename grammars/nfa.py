@@ -248,7 +248,7 @@ class NFA(FragmentBuilder):
         self._no_subs = 0                    # > 0 while recording a template (see `_build_shared`)
         self._pending: list[tuple[int, tuple[int, ...] | None, Node]] = []   # subroutine bodies to make
         self._labels: dict[int, tuple[Node, str]] = dict(info.get("labels") or {})
-        self._tries: dict[int, tuple] = info.get("tries") or {}   # see `fragments.trie_complement`
+        self._tries: dict[int, tuple] = dict(info.get("tries") or {})   # see `fragments.trie_complement`
         # (first state, end state, label): the states each labeled node built (see `origin`)
         self.origins: list[tuple[int, int, str]] = []
         # node -> (entry, first state, end state, exit, edge offsets) of its first build
@@ -271,6 +271,8 @@ class NFA(FragmentBuilder):
         self._home: str | None = None                # the label of the rule's (or lazy body's) own subschema
         self._owner: str | None = None               # the label of the labeled node being built
         self._free_memo: dict[int, bool] = {}        # see `fragments._ends_free`
+        self._built_labels: list[int] = []           # ids of the labeled nodes built (`_forget_built`)
+        self._used_prelude: _Prelude | None = None
 
     # -- preludes -------------------------------------------------------------
 
@@ -293,6 +295,7 @@ class NFA(FragmentBuilder):
         self._count = p.count
         for col, values in zip(self._builder_columns(), p.cols):
             col.extend(values)
+        self._used_prelude = p
         self._mask_id.update(p.mask_id)
         self._frags.update(p.frags)
         self._frag_nodes.extend(p.frag_nodes)
@@ -335,11 +338,13 @@ class NFA(FragmentBuilder):
         self.arrays = self._csr(cols)
         if self._lazy:
             self._head_tables = cols          # the next `_columns` converts only what is built after
+            self._forget_built()
             return
         del self._frags, self._frag_nodes, self._dead, self._mask_id, self._eps_src, self._eps_dst, self._byte_src, self._byte_mask, self._byte_dst
         del self._call_src, self._call_rule, self._call_dst, self._call_op, self._call_to, self._call_lo, self._call_hi
         del self._subs, self._pending, self._labels, self._tries, self._head_tables
-        del self._lazy_rule_of, self._free_memo, self._entries, self._null_memo
+        del self._lazy_rule_of, self._free_memo, self._entries, self._null_memo, self._built_labels
+        del self._used_prelude
 
     # -- lazy rules -----------------------------------------------------------
 
@@ -364,7 +369,8 @@ class NFA(FragmentBuilder):
             try:
                 start = self._new()
                 self._entries.add(start)
-                self._home = self._labels[id(node)][1]
+                label = self._labels.get(id(node))
+                self._home = label[1] if label is not None else None
                 end = self._build(node, start)
                 self._build_pending()
             except BaseException:
@@ -379,6 +385,25 @@ class NFA(FragmentBuilder):
             after[self._placeholder[rule]] = -1
             if not np.array_equal(after, before):
                 raise RuntimeError(f"lazy rule {rule} changed the need of states built before it")
+
+    def _forget_built(self) -> None:
+        """Drop the syntax that only the parts built so far needed: a compiled FSM keeps its
+        NFA, and every full GC collection walks what that holds. Kept: what a lazy body may
+        use, its nodes (`_lazy`), their labels, the key tries (a body may hold a node built
+        before: without its trie, its key complement is built the long way); the prelude's
+        fragments.
+        Memos by node id go too: a dropped node's id may be a new node's."""
+        waiting = {id(node) for node in self._lazy.values()}       # built elsewhere too, maybe
+        for key in self._built_labels:
+            if key not in waiting:
+                self._labels.pop(key, None)
+        self._built_labels = []
+        p = self._used_prelude
+        self._frags = dict(p.frags) if p is not None else {}
+        self._frag_nodes = list(p.frag_nodes) if p is not None else []
+        self._subs = dict(p.subs) if p is not None else {}
+        self._free_memo, self._null_memo = {}, {}
+        self._lazy_rule_of = {id(node): rule for rule, node in self._lazy.items()}
 
     def _marks(self) -> tuple:
         return (self._count, len(self._eps_src), len(self._byte_src), len(self._call_src), len(self._mask_id),
