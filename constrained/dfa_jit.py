@@ -275,7 +275,13 @@ class JitDFA(LazyDFA):
             raise RuntimeError("the byte classes of a grown NFA do not refine the old ones")
         if len(rep) == self.num_classes and np.array_equal(classes, old):
             return
-        self._table = np.ascontiguousarray(self._table[:, parent])
+        used = int(self._counts[0])
+        table = np.full((max(256, 2 * used), len(rep)), UNEXPANDED, dtype=np.int32)   # the used rows only
+        table[:used] = self._table[:used, parent]
+        self._table = table
+        self._accepting = _grown(self._accepting[:used], len(table), False)
+        self._cfg_ptr = _grown(self._cfg_ptr[:used + 1], len(table) + 1, 0)
+        self._next_same = _grown(self._next_same[:used], len(table), -1)
         classes.flags.writeable = False
         self.byte_class = classes
         self.num_classes = len(rep)

@@ -192,7 +192,8 @@ class FragmentBuilder:
                 self.origins.append((c0, self._count, label[1]))
                 return t
             path = label[1]
-            if s not in self._entries and path != self._home and path != self._owner and not self._no_subs:
+            if (s not in self._entries and path != self._home and path != self._owner and not self._no_subs
+                    and not self._in_body):
                 t = self._lazy_call(node, s)
                 if t >= 0:
                     return t
@@ -261,8 +262,9 @@ class FragmentBuilder:
         """
         rule = self._lazy_rule_of.get(id(node))     # (entries go when built: their nodes may go too)
         if rule is None:
-            if id(node) in _SHARED or not _at_least(node, LAZY_MIN) or not _ends_free(node, self._free_memo):
-                return -1                           # (a shared node is replayed from its template: cheap)
+            if (id(node) in _SHARED or id(node) in self._frags or not _at_least(node, LAZY_MIN)
+                    or not _ends_free(node, self._free_memo)):
+                return -1                           # (a shared node or one built before is replayed: cheap)
             rule = self._lazy_rule_of[id(node)] = len(self.rule_start)
             self.rule_names.append(f"lazy:{rule}")
             self.rule_start.append(-1)
@@ -611,7 +613,8 @@ class FragmentBuilder:
 
 
 def _at_least(node: Node, limit: int) -> bool:
-    """Whether the tree of `node` has at least `limit` nodes (shared ones counted per use; stops at `limit`)."""
+    """Whether the tree of `node` has at least `limit` nodes (nodes used twice counted twice; a
+    `share`d node, replayed from its template, counts one; stops at `limit`)."""
     stack, count = [node], 0
     while stack:
         x = stack.pop()
@@ -619,6 +622,8 @@ def _at_least(node: Node, limit: int) -> bool:
         if count >= limit:
             return True
         kind = type(x)
+        if x is not node and id(x) in _SHARED:
+            continue
         if kind is Seq or kind is Alt:
             stack.extend(x.items)
         elif kind is Repeat:
