@@ -66,7 +66,7 @@ DEAD = -1
 UNEXPANDED = -2
 _SLOT_EMPTY = -1
 # call edge kinds (grammars.nfa)
-REG, FREE, ENTER, HEAD, INC = 0, 1, 2, 3, 4
+REG, FREE, ENTER, HEAD, INC, SPLICE = 0, 1, 2, 3, 4, 5
 
 
 @njit(cache=True, nogil=True, inline="always", _nrt=False)
@@ -316,6 +316,10 @@ def _targets(N, S, W, flat, group_ptr, n_groups, results):  # pragma: no cover -
                             return -sid
                         todo[n_todo] = sid * n + start
                         n_todo += 1
+                    continue
+                if op == SPLICE:                   # a built lazy rule's only call: no frame
+                    todo[n_todo] = base + start
+                    n_todo += 1
                     continue
                 count = -2 - stk_ret[k]            # HEAD, INC: the loop's counter frame is on top
                 lo, hi = call_lo[j], call_hi[j]

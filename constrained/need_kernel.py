@@ -130,7 +130,7 @@ def _need(n_rules, rule_end, max_depth, rev_ptr, rev_src, rc_ptr, rc_p, rc_r, rc
 # the columns per state (`NFA._csr`) another 80. These kernels do both in one
 # pass each (counting sorts), from the columns as `NFA._columns` gives them.
 
-REG, FREE, ENTER, HEAD, INC = range(5)     # `grammars.fragments` call edge kinds
+REG, FREE, ENTER, HEAD, INC, SPLICE = range(6)     # `grammars.fragments` call edge kinds
 
 
 @njit(cache=True, nogil=True)
@@ -172,7 +172,7 @@ def need_from_columns(n, rule_start, rule_end, eps, byte, call, max_depth):  # p
                 n_head += 1
                 if c_lo[j] == 0:
                     n_extra += 1
-            if op == ENTER:
+            if op == ENTER or op == SPLICE:
                 n_extra += 1
             else:
                 n_keep += 1
@@ -197,7 +197,7 @@ def need_from_columns(n, rule_start, rule_end, eps, byte, call, max_depth):  # p
         op = c_op[j]
         if op == INC:
             continue
-        if op == ENTER:
+        if op == ENTER or op == SPLICE:      # epsilon moves
             src[i] = c_src[j]
             dst[i] = c_to[j]
             i += 1

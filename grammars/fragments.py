@@ -35,14 +35,17 @@ from grammars.ast import COUNT_MAX, Alt, ByteSet, Node, Ref, Repeat, Seq, non_em
 from grammars.errors import StateBudgetError
 from grammars.native import checkpoint
 
-__all__ = ["FragmentBuilder", "share", "compact", "trie_complement", "REG", "FREE", "ENTER", "HEAD", "INC", "UNROLL_LIMIT",
+__all__ = ["FragmentBuilder", "share", "compact", "trie_complement", "REG", "FREE", "ENTER", "HEAD", "INC", "SPLICE",
+           "UNROLL_LIMIT",
            "SUBROUTINE_MIN", "LAZY_MIN"]
 
 # Kinds of call edge (`NFAArrays.call_op`). REG: a rule call (`Ref`), one level of
 # nesting depth; FREE: a subroutine call, no depth; ENTER: push a counter frame
 # holding 0, go to the loop head; HEAD: count < hi: enter the item, count >= lo:
 # pop the frame and go to the loop exit (`call_dst`); INC: count + 1, back to the head.
-REG, FREE, ENTER, HEAD, INC = range(5)
+# SPLICE: a lazy rule's only call once its body is built (`NFA.build_lazy`): an epsilon
+# move to the body's start, no frame; the body's end goes on to the call's exit.
+REG, FREE, ENTER, HEAD, INC, SPLICE = range(6)
 # A repeat is copied when its bound is at most this (a byte class: 8); else a counter loop.
 UNROLL_LIMIT = 4
 _BYTE_UNROLL_LIMIT = 8

@@ -7,6 +7,8 @@ states. States carry three kinds of edges:
 - epsilon edges: move without consuming;
 - call edges `(rule, ret)`: run `rule` from its start; when it reaches its end,
   continue at `ret` (the lazy DFA keeps the return states on a stack).
+  (A lazy rule's only call becomes a SPLICE once its body is built: an
+  epsilon move into the body, whose end goes on to `ret`, no frame.)
 
 Construction is linear in the size of the IR *without* expanding counted
 repeats: it never unrolls a bound. `Repeat(x, m, n)` with small bounds is
@@ -68,11 +70,11 @@ import numpy as np
 
 from grammars.ast import Grammar, Node
 from grammars.fragments import (  # noqa: F401 - re-exported: the call edge kinds and `share` are part of the NFA's API
-    ENTER, FREE, HEAD, INC, REG, SUBROUTINE_MIN, UNROLL_LIMIT, FragmentBuilder, share,
+    ENTER, FREE, HEAD, INC, REG, SPLICE, SUBROUTINE_MIN, UNROLL_LIMIT, FragmentBuilder, share,
 )
 from grammars.need import INF, compute_need
 
-__all__ = ["NFA", "NFAArrays", "INF", "gc_paused", "share", "REG", "FREE", "ENTER", "HEAD", "INC", "UNROLL_LIMIT",
+__all__ = ["NFA", "NFAArrays", "INF", "gc_paused", "share", "REG", "FREE", "ENTER", "HEAD", "INC", "SPLICE", "UNROLL_LIMIT",
            "SUBROUTINE_MIN"]
 
 
@@ -382,6 +384,7 @@ class NFA(FragmentBuilder):
                 self._lazy[rule] = node
                 raise
             self.rule_start[rule], self.rule_end[rule] = start, end
+            self._splice(rule, start, end)
             before = np.asarray(self.need, dtype=np.int64).copy()
             before[self._placeholder[rule]] = -1       # an orphan now, reaching no rule's end
             self._finish(self.max_depth)
@@ -403,6 +406,29 @@ class NFA(FragmentBuilder):
         self._built_labels = []
         self._free_memo, self._null_memo = {}, {}
         self._lazy_rule_of = {id(node): rule for rule, node in self._lazy.items()}
+
+    def _splice(self, rule: int, start: int, end: int) -> None:
+        """Make the only call of just-built lazy `rule` a SPLICE: configurations inside the body
+        then carry no frame for it (a frame per body cost its masks a quarter more). The
+        call edge is changed in place (its index, which closures memoize, stays), the body's
+        end gets an epsilon edge to the call's exit, and the rule is left to its placeholder.
+        A fragment recorded around the call would copy it as a second call of one body: those
+        are forgotten, to be built again."""
+        sites = [k for k, r in enumerate(self._call_rule) if r == rule]
+        if len(sites) != 1:
+            return
+        k = sites[0]
+        self._call_op[k], self._call_rule[k], self._call_to[k] = SPLICE, -1, start
+        heads = self._head_tables                  # the columns converted so far (`_columns`) hold it too
+        if heads and k < heads[2].shape[1]:
+            calls = heads[2].copy()                # (never a prelude's own table: this call is not the prelude's)
+            calls[1, k], calls[3, k], calls[4, k] = -1, SPLICE, start
+            self._head_tables = (heads[0], heads[1], calls)
+        self._eps(end, self._call_dst[k])
+        self.rule_start[rule] = self.rule_end[rule] = self._placeholder[rule]
+        for key, frag in list(self._frags.items()):
+            if frag[4] <= k < frag[9]:
+                del self._frags[key]
 
     def _marks(self) -> tuple:
         return (self._count, len(self._eps_src), len(self._byte_src), len(self._call_src), len(self._mask_id),
@@ -596,10 +622,10 @@ class NFA(FragmentBuilder):
         rule = c_rule.copy()
         rule[head] = n_rules + np.arange(len(head))
         skip0 = head[c_lo[head] == 0]                  # lower bound 0: the head also reaches the exit
-        enter = np.flatnonzero(c_op == ENTER)           # ENTER: an epsilon move to the loop head
+        enter = np.flatnonzero((c_op == ENTER) | (c_op == SPLICE))   # epsilon moves: to the loop head, a body
         src = np.concatenate((eps[0], byte[0], c_src[skip0], c_src[enter]))
         dst = np.concatenate((eps[1], byte[1], c_dst[skip0], c_to[enter]))
-        keep = (c_op != INC) & (c_op != ENTER)
+        keep = (c_op != INC) & (c_op != ENTER) & (c_op != SPLICE)
         calls = (c_src[keep], rule[keep], c_dst[keep], (c_op[keep] != REG).astype(np.int64))
         if self.need_kernel is not None:
             return self.need_kernel(n, starts, ends, src, dst, *calls, max_depth=max_depth)

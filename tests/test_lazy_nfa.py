@@ -20,7 +20,7 @@ from grammars import fragments
 from grammars.ast import Grammar, alt, byte_range, literal, seq
 from grammars.errors import StateBudgetError
 from grammars.json_schema import json_schema_grammar
-from grammars.nfa import NFA
+from grammars.nfa import NFA, SPLICE
 from tests.conftest import requires_jit
 from tests.test_dfa import check_random_grammar
 from tests.test_lazy_compile import vocab_encode
@@ -70,6 +70,7 @@ def test_subschemas_are_built_when_first_reached(vocabulary) -> None:
         assert guide.advance(t)
     assert fsm.is_accepting(guide.state)
     assert nfa.unbuilt < before, "walking into `size` built its rule"
+    assert (nfa.arrays.call_op == SPLICE).any(), "a body with one call site is spliced in (no frame)"
 
 
 def _ids(vocab, text: str) -> list[int]:
