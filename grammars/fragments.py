@@ -36,8 +36,7 @@ from grammars.errors import StateBudgetError
 from grammars.native import checkpoint
 
 __all__ = ["FragmentBuilder", "share", "compact", "trie_complement", "REG", "FREE", "ENTER", "HEAD", "INC", "SPLICE",
-           "UNROLL_LIMIT",
-           "SUBROUTINE_MIN", "LAZY_MIN"]
+           "UNROLL_LIMIT", "SUBROUTINE_MIN", "LAZY_MIN", "LAZY_MIN_IN_BODY"]
 
 # Kinds of call edge (`NFAArrays.call_op`). REG: a rule call (`Ref`), one level of
 # nesting depth; FREE: a subroutine call, no depth; ENTER: push a counter frame
@@ -64,6 +63,10 @@ def _items(node: Node) -> tuple[Node, ...]:
 # lazily in an NFA made with ``lazy=True``: a FREE call to a rule whose body is
 # made when the DFA first reaches it (`NFA.build_lazy`).
 LAZY_MIN = 24
+# Inside a lazy body being built, only a subschema this large is deferred again: a body is
+# built whole unless that would make one mask slow (a Kubernetes definition's body took
+# 39 ms to build in one mask), as each build also redoes the NFA's arrays.
+LAZY_MIN_IN_BODY = 256
 
 # Process-wide NFA fragments of nodes that many grammars contain (JSON
 # whitespace, string characters, numbers): id(node) -> node, kept alive so
@@ -195,9 +198,8 @@ class FragmentBuilder:
                 self.origins.append((c0, self._count, label[1]))
                 return t
             path = label[1]
-            if (s not in self._entries and path != self._home and path != self._owner and not self._no_subs
-                    and not self._in_body):
-                t = self._lazy_call(node, s)
+            if s not in self._entries and path != self._home and path != self._owner and not self._no_subs:
+                t = self._lazy_call(node, s, LAZY_MIN_IN_BODY if self._in_body else LAZY_MIN)
                 if t >= 0:
                     return t
             c0, owner = self._count, self._owner
@@ -249,7 +251,7 @@ class FragmentBuilder:
 
     # -- lazy rules (see `NFA.build_lazy`) --------------------------------------
 
-    def _lazy_call(self, node: Node, s: int) -> int:
+    def _lazy_call(self, node: Node, s: int, min_size: int) -> int:
         """A FREE call from `s` to the lazy rule of labeled `node`; -1 where `node` is built now.
 
         Not deferred (see `_build`): a node that starts where no byte has been
@@ -265,7 +267,7 @@ class FragmentBuilder:
         """
         rule = self._lazy_rule_of.get(id(node))     # (entries go when built: their nodes may go too)
         if rule is None:
-            if (id(node) in _SHARED or id(node) in self._frags or not _at_least(node, LAZY_MIN)
+            if (id(node) in _SHARED or id(node) in self._frags or not _at_least(node, min_size)
                     or not _ends_free(node, self._free_memo)):
                 return -1                           # (a shared node or one built before is replayed: cheap)
             rule = self._lazy_rule_of[id(node)] = len(self.rule_start)
