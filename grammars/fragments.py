@@ -233,6 +233,7 @@ class FragmentBuilder:
         elif kind is Alt:
             trie = self._tries.get(id(node))
             if trie is not None:
+                self._built_tries.append(id(node))
                 t = self._build_trie_complement(s, *trie[1:])
             else:
                 if not node.items:

@@ -278,6 +278,7 @@ class NFA(FragmentBuilder):
         self._in_body = False                         # building a lazy body: its parts are built with it
         self._free_memo: dict[int, bool] = {}        # see `fragments._ends_free`
         self._built_labels: list[int] = []           # ids of the labeled nodes built (`_forget_built`)
+        self._built_tries: list[int] = []            # ids of the key complements built
 
     # -- preludes -------------------------------------------------------------
 
@@ -347,7 +348,7 @@ class NFA(FragmentBuilder):
         del self._frags, self._frag_nodes, self._dead, self._mask_id, self._eps_src, self._eps_dst, self._byte_src, self._byte_mask, self._byte_dst
         del self._call_src, self._call_rule, self._call_dst, self._call_op, self._call_to, self._call_lo, self._call_hi
         del self._subs, self._pending, self._labels, self._tries, self._head_tables
-        del self._lazy_rule_of, self._free_memo, self._entries, self._null_memo, self._built_labels
+        del self._lazy_rule_of, self._free_memo, self._entries, self._null_memo, self._built_labels, self._built_tries
 
     # -- lazy rules -----------------------------------------------------------
 
@@ -395,15 +396,27 @@ class NFA(FragmentBuilder):
 
     def _forget_built(self) -> None:
         """Drop the labels of the subschemas built so far (the root's labels held its whole
-        syntax tree). Kept for the lazy bodies: their nodes (`_lazy`) and labels, the key
-        tries (without its trie, a key complement is built the long way) and the fragments
-        and subroutines built before (without them, the bodies of one dev schema took 40 ms
-        to build instead of 14). Memos by node id go: a dropped node's id may be a new one's."""
+        syntax tree) and the key tries of the objects built (a body holding one of those
+        too builds its key complement the long way, same language). Kept for the lazy
+        bodies: their nodes (`_lazy`), labels and key tries, and the subroutines
+        built before with their fragments (without them, the bodies of one dev schema took
+        40 ms to build instead of 14); the other fragments go with their nodes, which a
+        server's cached FSMs would otherwise keep for every full GC collection to walk (the
+        benchmark's worker paused up to 60 ms in a mask). Memos by node id go: a dropped
+        node's id may be a new one's."""
         waiting = {id(node) for node in self._lazy.values()}       # built elsewhere too, maybe
         for key in self._built_labels:
             if key not in waiting:
                 self._labels.pop(key, None)
         self._built_labels = []
+        for key in self._built_tries:               # (a body holding one of them builds it the long way)
+            if key not in waiting:
+                self._tries.pop(key, None)
+        self._built_tries = []
+        subs = self._subs
+        kept = {id(node): node for node in self._frag_nodes if id(node) in subs}
+        self._frags = {key: frag for key, frag in self._frags.items() if key in kept}
+        self._frag_nodes = list(kept.values())
         self._free_memo, self._null_memo = {}, {}
         self._lazy_rule_of = {id(node): rule for rule, node in self._lazy.items()}
 
