@@ -140,10 +140,17 @@ class JitDFA(LazyDFA):
 
     def _init_classes(self, masks: set[int]) -> None:
         """`LazyDFA._init_classes` in one kernel, which also gives the mask x class table."""
-        ordered = self.nfa.arrays.masks            # `masks`, ascending: the NFA's mask ids
-        raw = np.frombuffer(b"".join(m.to_bytes(32, "little") for m in ordered), np.uint8).reshape(len(ordered), 32)
+        self._set_classes(*self._classes_of(self.nfa.arrays.masks))   # `masks`, ascending: the NFA's mask ids
+
+    def _classes_of(self, masks: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """The byte classes of the NFA's `masks` (class per byte, least byte per class); keeps the
+        mask x class table of the kernels."""
+        raw = np.frombuffer(b"".join(m.to_bytes(32, "little") for m in masks), np.uint8).reshape(len(masks), 32)
         classes, rep, self._mask_cls = self._k.byte_classes(raw)
-        self._mask_order = ordered
+        self._mask_order = masks
+        return classes, rep
+
+    def _set_classes(self, classes: np.ndarray, rep: np.ndarray) -> None:
         classes.flags.writeable = False
         self.byte_class = classes
         self.num_classes = len(rep)
@@ -267,9 +274,7 @@ class JitDFA(LazyDFA):
         unions of the old classes, the only states their DFA states contain.
         """
         old = self.byte_class
-        raw = np.frombuffer(b"".join(m.to_bytes(32, "little") for m in masks), np.uint8).reshape(len(masks), 32)
-        classes, rep, self._mask_cls = self._k.byte_classes(raw)
-        self._mask_order = masks
+        classes, rep = self._classes_of(masks)
         parent = old[rep]                               # the old class of each new class
         if not np.array_equal(parent[classes], old):
             raise RuntimeError("the byte classes of a grown NFA do not refine the old ones")
@@ -282,12 +287,7 @@ class JitDFA(LazyDFA):
         self._accepting = _grown(self._accepting[:used], len(table), False)
         self._cfg_ptr = _grown(self._cfg_ptr[:used + 1], len(table) + 1, 0)
         self._next_same = _grown(self._next_same[:used], len(table), -1)
-        classes.flags.writeable = False
-        self.byte_class = classes
-        self.num_classes = len(rep)
-        self._bc = classes.tolist()
-        self._class_rep = rep.tolist()
-        self._mask_classes = {}
+        self._set_classes(classes, rep)
 
     def _frame(self, k: int) -> tuple[int, int]:
         return int(self._stk_ret[k]), int(self._stk_parent[k])
