@@ -36,7 +36,7 @@ from grammars.errors import StateBudgetError
 from grammars.native import checkpoint
 
 __all__ = ["FragmentBuilder", "share", "compact", "trie_complement", "REG", "FREE", "ENTER", "HEAD", "INC", "SPLICE",
-           "UNROLL_LIMIT", "SUBROUTINE_MIN", "LAZY_MIN", "LAZY_MIN_IN_BODY"]
+           "UNROLL_LIMIT", "SUBROUTINE_MIN"]
 
 # Kinds of call edge (`NFAArrays.call_op`). REG: a rule call (`Ref`), one level of
 # nesting depth; FREE: a subroutine call, no depth; ENTER: push a counter frame
@@ -58,15 +58,6 @@ def _items(node: Node) -> tuple[Node, ...]:
     """A node as a sequence of items (an `Alt` branch flattened, unless it is `compact`)."""
     return node.items if type(node) is Seq and id(node) not in _COMPACT else (node,)
 
-
-# A labeled node (a subschema) of at least this many syntax nodes is built
-# lazily in an NFA made with ``lazy=True``: a FREE call to a rule whose body is
-# made when the DFA first reaches it (`NFA.build_lazy`).
-LAZY_MIN = 24
-# Inside a lazy body being built, only a subschema this large is deferred again: a body is
-# built whole unless that would make one mask slow (a Kubernetes definition's body took
-# 39 ms to build in one mask), as each build also redoes the NFA's arrays.
-LAZY_MIN_IN_BODY = 256
 
 # Process-wide NFA fragments of nodes that many grammars contain (JSON
 # whitespace, string characters, numbers): id(node) -> node, kept alive so
@@ -199,7 +190,7 @@ class FragmentBuilder:
                 return t
             path = label[1]
             if s not in self._entries and path != self._home and path != self._owner and not self._no_subs:
-                t = self._lazy_call(node, s, LAZY_MIN_IN_BODY if self._in_body else LAZY_MIN)
+                t = self._lazy_call(node, s)
                 if t >= 0:
                     return t
             c0, owner = self._count, self._owner
@@ -250,54 +241,36 @@ class FragmentBuilder:
         self._frag_nodes.append(node)
         return t
 
-    # -- lazy rules (see `NFA.build_lazy`) --------------------------------------
-
-    def _lazy_call(self, node: Node, s: int, min_size: int) -> int:
-        """A FREE call from `s` to the lazy rule of labeled `node`; -1 where `node` is built now.
-
-        Not deferred (see `_build`): a node that starts where no byte has been
-        read since its rule's start (`_entries`: a rule's own node, a root
-        schema after optional whitespace, the branches of a root `anyOf`),
-        which the DFA's first state would build at once; and the parts of the
-        subschema being built (labeled with its path: a flattened sequence's
-        items) or of the rule's own (``info["homes"]``). Otherwise only a node of
-        `LAZY_MIN` syntax nodes or more that surely reaches its end without a
-        rule call is deferred: its rule's `need` is 0, which the
-        NFA's `need` assumes before the body exists, so that nothing computed
-        from it changes when the body is made.
-        """
-        rule = self._lazy_rule_of.get(id(node))     # (entries go when built: their nodes may go too)
-        if rule is None:
-            if (id(node) in _SHARED or id(node) in self._frags or not _at_least(node, min_size)
-                    or not _ends_free(node, self._free_memo)):
-                return -1                           # (a shared node or one built before is replayed: cheap)
-            rule = self._lazy_rule_of[id(node)] = len(self.rule_start)
-            self.rule_names.append(f"lazy:{rule}")
-            self.rule_start.append(-1)
-            self.rule_end.append(-1)
-            self._lazy[rule] = node
-        t = self._new()
-        self._call(s, FREE, t, rule=rule)
-        return t
-
     def _record_template(self, node: Node) -> tuple | None:
         """Record the template of a `share`d node met for the first time in this process, leaving
         nothing of that build in this NFA, so that its shape never depends on what was built before."""
-        marks = (self._count, len(self._eps_src), len(self._byte_src), len(self._call_src), len(self._mask_id),
-                 len(self._frags), len(self.origins), self._dead)
+        marks = self._marks()
         self._build_shared(node, self._new())
-        count, e, b, k, m, f, o, self._dead = marks
+        self._rollback(marks)
+        return _TEMPLATES.get(id(node))
+
+    def _marks(self) -> tuple:
+        """Where building stands (see `_rollback`)."""
+        return (self._count, len(self._eps_src), len(self._byte_src), len(self._call_src), len(self._mask_id),
+                len(self._frags), len(self.origins), self._dead, len(self.rule_start), len(self._subs),
+                len(self._lazy_rule_of), len(self._pending))
+
+    def _rollback(self, marks: tuple) -> None:
+        """Forget what was built since `_marks()` returned `marks`."""
+        count, e, b, k, m, f, o, self._dead, r, subs, lazy, pending = marks
         self._count = count
         for col, n in ((self._eps_src, e), (self._eps_dst, e), (self._byte_src, b), (self._byte_dst, b),
                        (self._byte_mask, b), (self._call_src, k), (self._call_rule, k), (self._call_dst, k),
                        (self._call_op, k), (self._call_to, k), (self._call_lo, k), (self._call_hi, k),
-                       (self.origins, o)):
+                       (self.origins, o), (self.rule_start, r), (self.rule_end, r), (self.rule_names, r)):
             del col[n:]
-        for key in list(self._mask_id)[m:]:
-            del self._mask_id[key]
-        for key in list(self._frags)[f:]:
-            del self._frags[key]
-        return _TEMPLATES.get(id(node))
+        for table, n in ((self._mask_id, m), (self._frags, f), (self._subs, subs), (self._lazy_rule_of, lazy)):
+            for key in list(table)[n:]:
+                del table[key]
+        for rule in [x for x in self._lazy or () if x >= r]:
+            del self._lazy[rule]
+        self._entries = {x for x in self._entries if x < count}
+        del self._pending[pending:]             # (a template is recorded while others wait)
 
     def _call(self, s: int, op: int, dst: int, *, rule: int = -1, to: int = -1, lo: int = 0, hi: int = -1) -> None:
         """A call edge from `s` (see `REG` ... `INC`)."""
@@ -616,54 +589,3 @@ class FragmentBuilder:
         self._eps_dst.extend([t] * (k + 1))
         self._count = t + k + 1
         return t
-
-
-def _at_least(node: Node, limit: int) -> bool:
-    """Whether the tree of `node` has at least `limit` nodes (nodes used twice counted twice; a
-    `share`d node, replayed from its template, counts one; stops at `limit`)."""
-    stack, count = [node], 0
-    while stack:
-        x = stack.pop()
-        count += 1
-        if count >= limit:
-            return True
-        kind = type(x)
-        if x is not node and id(x) in _SHARED:
-            continue
-        if kind is Seq or kind is Alt:
-            stack.extend(x.items)
-        elif kind is Repeat:
-            stack.append(x.item)
-    return False
-
-
-
-def _ends_free(node: Node, memo: dict[int, bool]) -> bool:
-    """Whether some text takes `node` from its entry to its exit without a rule call
-    (memoized by id; an `Alt` stops at its first such branch)."""
-    kind = type(node)
-    if kind is ByteSet:
-        return node.mask != 0
-    if kind is Ref:
-        return False
-    if kind is Repeat and node.min == 0:
-        return True
-    key = id(node)
-    got = memo.get(key)
-    if got is None:
-        if kind is Seq:
-            got = True
-            for x in node.items:
-                if not _ends_free(x, memo):
-                    got = False
-                    break
-        elif kind is Alt:
-            got = False
-            for x in node.items:
-                if _ends_free(x, memo):
-                    got = True
-                    break
-        else:
-            got = _ends_free(node.item, memo)
-        memo[key] = got
-    return got

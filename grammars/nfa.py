@@ -28,7 +28,7 @@ optional rest" layouts of JSON objects stay linear instead of quadratic.
 Subschemas are built when first reached. An NFA made with ``lazy=True``
 (the compiled DFA's, `constrained.dfa_jit.JitDFA`) does not build a labeled
 node (a subschema: a property's value, an array's items, a branch) of
-`fragments.LAZY_MIN` syntax nodes or more that surely ends without a rule
+`lazy.LAZY_MIN` syntax nodes or more that surely ends without a rule
 call: it calls a rule whose body does not exist yet. When the DFA first
 follows that call, `build_lazy` builds the body, appending states and edges,
 and the DFA goes on with every state it had. So compile builds the first
@@ -72,6 +72,7 @@ from grammars.ast import Grammar, Node
 from grammars.fragments import (  # noqa: F401 - re-exported: the call edge kinds and `share` are part of the NFA's API
     ENTER, FREE, HEAD, INC, REG, SPLICE, SUBROUTINE_MIN, UNROLL_LIMIT, FragmentBuilder, share,
 )
+from grammars.lazy import LazyRules
 from grammars.need import INF, compute_need
 
 __all__ = ["NFA", "NFAArrays", "INF", "gc_paused", "share", "REG", "FREE", "ENTER", "HEAD", "INC", "SPLICE", "UNROLL_LIMIT",
@@ -174,7 +175,7 @@ _PRELUDES: dict[int, _Prelude] = {}
 _GROUPS = ((0, 2), (2, 5), (5, 12))
 
 
-class NFA(FragmentBuilder):
+class NFA(LazyRules, FragmentBuilder):
     """Byte-level NFA of a grammar; rule 0 is the start rule.
 
     Edges are kept as numpy CSR arrays (`arrays`); per-state adjacency as
@@ -349,121 +350,6 @@ class NFA(FragmentBuilder):
         del self._call_src, self._call_rule, self._call_dst, self._call_op, self._call_to, self._call_lo, self._call_hi
         del self._subs, self._pending, self._labels, self._tries, self._head_tables
         del self._lazy_rule_of, self._free_memo, self._entries, self._null_memo, self._built_labels, self._built_tries
-
-    # -- lazy rules -----------------------------------------------------------
-
-    @property
-    def unbuilt(self) -> int:
-        """How many lazy rules have no body yet (0 for an NFA made with ``lazy=False``)."""
-        return len(self._lazy) if self._lazy else 0
-
-    def build_lazy(self, rule: int) -> None:
-        """Make the body of lazy rule `rule`, then `need` and the arrays again.
-
-        The body's states and edges are appended: everything built before keeps
-        its number and its `need`, so that a DFA over this NFA keeps its states
-        and only extends its per-NFA-state arrays. New masks renumber the mask
-        ids of `arrays` (ascending masks) and may split the DFA's byte classes
-        (`JitDFA._build_rule`). If building fails (a budget, a recursion
-        limit), the NFA is left as it was.
-        """
-        node = self._lazy.pop(rule)
-        marks = self._marks()
-        with gc_paused():
-            try:
-                start = self._new()
-                self._entries.add(start)
-                label = self._labels.get(id(node))
-                self._home = label[1] if label is not None else None
-                self._in_body = True
-                end = self._build(node, start)
-                self._build_pending()
-                self._in_body = False
-            except BaseException:
-                self._in_body = False
-                self._rollback(marks)
-                self._lazy[rule] = node
-                raise
-            self.rule_start[rule], self.rule_end[rule] = start, end
-            self._splice(rule, start, end)
-            before = np.asarray(self.need, dtype=np.int64).copy()
-            before[self._placeholder[rule]] = -1       # an orphan now, reaching no rule's end
-            self._finish(self.max_depth)
-            after = np.asarray(self.need[:len(before)], dtype=np.int64).copy()
-            after[self._placeholder[rule]] = -1
-            if not np.array_equal(after, before):
-                raise RuntimeError(f"lazy rule {rule} changed the need of states built before it")
-
-    def _forget_built(self) -> None:
-        """Drop the labels of the subschemas built so far (the root's labels held its whole
-        syntax tree) and the key tries of the objects built (a body holding one of those
-        too builds its key complement the long way, same language). Kept for the lazy
-        bodies: their nodes (`_lazy`), labels and key tries, and the subroutines
-        built before with their fragments (without them, the bodies of one dev schema took
-        40 ms to build instead of 14); the other fragments go with their nodes, which a
-        server's cached FSMs would otherwise keep for every full GC collection to walk (the
-        benchmark's worker paused up to 60 ms in a mask). Memos by node id go: a dropped
-        node's id may be a new one's."""
-        waiting = {id(node) for node in self._lazy.values()}       # built elsewhere too, maybe
-        for key in self._built_labels:
-            if key not in waiting:
-                self._labels.pop(key, None)
-        self._built_labels = []
-        for key in self._built_tries:               # (a body holding one of them builds it the long way)
-            if key not in waiting:
-                self._tries.pop(key, None)
-        self._built_tries = []
-        subs = self._subs
-        kept = {id(node): node for node in self._frag_nodes if id(node) in subs}
-        self._frags = {key: frag for key, frag in self._frags.items() if key in kept}
-        self._frag_nodes = list(kept.values())
-        self._free_memo, self._null_memo = {}, {}
-        self._lazy_rule_of = {id(node): rule for rule, node in self._lazy.items()}
-
-    def _splice(self, rule: int, start: int, end: int) -> None:
-        """Make the only call of just-built lazy `rule` a SPLICE: configurations inside the body
-        then carry no frame for it (a frame per body cost its masks a quarter more). The
-        call edge is changed in place (its index, which closures memoize, stays), the body's
-        end gets an epsilon edge to the call's exit, and the rule is left to its placeholder.
-        A fragment recorded around the call would copy it as a second call of one body: those
-        are forgotten, to be built again."""
-        sites = [k for k, r in enumerate(self._call_rule) if r == rule]
-        if len(sites) != 1:
-            return
-        k = sites[0]
-        self._call_op[k], self._call_rule[k], self._call_to[k] = SPLICE, -1, start
-        heads = self._head_tables                  # the columns converted so far (`_columns`) hold it too
-        if heads and k < heads[2].shape[1]:
-            calls = heads[2].copy()                # (never a prelude's own table: this call is not the prelude's)
-            calls[1, k], calls[3, k], calls[4, k] = -1, SPLICE, start
-            self._head_tables = (heads[0], heads[1], calls)
-        self._eps(end, self._call_dst[k])
-        self.rule_start[rule] = self.rule_end[rule] = self._placeholder[rule]
-        for key, frag in list(self._frags.items()):
-            if frag[4] <= k < frag[9]:
-                del self._frags[key]
-
-    def _marks(self) -> tuple:
-        return (self._count, len(self._eps_src), len(self._byte_src), len(self._call_src), len(self._mask_id),
-                len(self._frags), len(self.origins), self._dead, len(self.rule_start), len(self._subs),
-                len(self._lazy_rule_of))
-
-    def _rollback(self, marks: tuple) -> None:
-        """Forget what was built since `_marks()` returned `marks`."""
-        count, e, b, k, m, f, o, self._dead, r, subs, lazy = marks
-        self._count = count
-        for col, n in ((self._eps_src, e), (self._eps_dst, e), (self._byte_src, b), (self._byte_dst, b),
-                       (self._byte_mask, b), (self._call_src, k), (self._call_rule, k), (self._call_dst, k),
-                       (self._call_op, k), (self._call_to, k), (self._call_lo, k), (self._call_hi, k),
-                       (self.origins, o), (self.rule_start, r), (self.rule_end, r), (self.rule_names, r)):
-            del col[n:]
-        for table, n in ((self._mask_id, m), (self._frags, f), (self._subs, subs), (self._lazy_rule_of, lazy)):
-            for key in list(table)[n:]:
-                del table[key]
-        for rule in [x for x in self._lazy if x >= r]:
-            del self._lazy[rule]
-        self._entries = {x for x in self._entries if x < count}
-        self._pending = []
 
     def _columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The edge columns in numpy: epsilon (src, dst), byte (src, dst, mask id)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from constrained.compile import clear_cache, compile_json_schema
-from grammars import fragments
+from grammars import lazy
 from grammars.ast import Grammar, alt, byte_range, literal, seq
 from grammars.errors import StateBudgetError
 from grammars.json_schema import json_schema_grammar
@@ -134,7 +134,7 @@ def test_byte_classes_split_when_a_late_rule_needs_it() -> None:
 def test_random_labeled_grammars_lazy(seed: int, monkeypatch) -> None:
     """Random grammars with labeled parts, deferred from 2 nodes up: every DFA state
     live and every match as the reference matcher says."""
-    monkeypatch.setattr(fragments, "LAZY_MIN", 2)
+    monkeypatch.setattr(lazy, "LAZY_MIN", 2)
     check_random_grammar(seed, JitDFA, max_rules=2, counted=seed % 2 == 1, labeled=True, texts=80, max_len=8,
                          max_states=20000)
 
