@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import json
 import queue
+import sys
 import threading
+import time
 import warnings
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Callable, Hashable
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterator
 
 from constrained.errors import EmptyConstraintError, InvalidSchemaError
-from constrained.token_fsm import TokenFSM
+from constrained.token_fsm import LAST_WORK, TokenFSM
 from grammars.deep import deep_call
 from grammars.nfa import gc_paused
 
@@ -52,9 +54,20 @@ _lock = threading.Lock()
 _RECOUNT = 16
 _sizes: dict[Hashable, int] = {}          # per cached key, its FSM's size when last measured
 _held = {"bytes": 0, "since": 0}          # their sum; compiles since the last count
-# Evicted FSMs are dropped on the `_reaper` thread: freeing one's arrays and memoized
-# masks took 90 us at the median, paid by the compile that evicted it.
+# Evicted FSMs are freed on the `_reaper` thread, off the compiling caller's path,
+# while the engine is idle. Freeing a used FSM (its memoized masks, DFA tables and
+# lazy syntax: thousands of small objects, cold in the CPU caches) took 260 us at
+# the median in a server-like worker, p90 1 ms, and holds the GIL. Done at once,
+# on the reaper or in `_cached`, it landed inside the next compile (whose kernels
+# release the GIL), a sixth of a median compile; done in slices while masks were
+# being computed, it slowed them by a tenth. So the reaper frees in slices of
+# `_REAP_SLICE_S`, each once no compile or new mask has run for `_IDLE_S`
+# (`token_fsm.LAST_WORK`), unless `_REAP_BACKLOG` evictions wait: then at once,
+# so that memory stays bounded under a steady stream of new schemas.
 _reap: "queue.SimpleQueue[list[TokenFSM]]" = queue.SimpleQueue()
+_REAP_SLICE_S = 20e-6
+_IDLE_S = 1e-3
+_REAP_BACKLOG = 16
 _reaper: threading.Thread | None = None
 
 
@@ -147,8 +160,10 @@ def _cached(key: Hashable, build: Callable[[], TokenFSM]) -> TokenFSM:
     # compile's thousands of short-lived grammar objects would otherwise be
     # promoted to the oldest generation and trigger its full scans (25-100 ms
     # each with a model loaded), several times over a few dozen schemas.
+    LAST_WORK[0] = time.perf_counter()
     with gc_paused():
         fsm = deep_call(build)             # deep schemas: see `grammars.deep`
+    LAST_WORK[0] = time.perf_counter()
     evicted = []
     with _lock:
         if key in _cache:                  # a parallel compile of the same key came first
@@ -191,7 +206,47 @@ def _drop(fsms: list[TokenFSM]) -> None:
 def _reap_forever() -> None:
     while True:
         fsms = _reap.get()
-        del fsms                            # the last references: their arrays are freed here
+        while fsms:
+            fsm = fsms.pop()
+            if sys.getrefcount(fsm) == 2:   # this name and the call's argument: nobody else holds it
+                _wait_idle()
+                end = time.perf_counter() + _REAP_SLICE_S
+                for _ in _dismantle(fsm):
+                    if time.perf_counter() > end:
+                        _wait_idle()
+                        end = time.perf_counter() + _REAP_SLICE_S
+            del fsm                         # held elsewhere (a generation still using it): freed there
+
+
+def _wait_idle() -> None:
+    """Return once nothing was compiled or computed for `_IDLE_S`, or at once if evictions pile up."""
+    while _reap.qsize() < _REAP_BACKLOG:
+        quiet = time.perf_counter() - LAST_WORK[0]
+        if quiet >= _IDLE_S:
+            return
+        time.sleep(_IDLE_S - quiet)
+
+
+def _dismantle(root: object) -> Iterator[None]:
+    """Empty `root` and what only it holds, one attribute or item at a time (yielding after each).
+
+    Objects whose only reference is the one taken out of `root` (or out of
+    what was taken out of it, and so on) are emptied the same way: their
+    attribute dicts, dicts and lists. Anything referenced from elsewhere (the
+    shared vocabulary index, a kernel) is only let go of, never emptied.
+    """
+    stack: list[Any] = [root]
+    del root
+    while stack:
+        obj = stack.pop()
+        items = obj if type(obj) in (dict, list) else getattr(obj, "__dict__", None)
+        del obj
+        while type(items) in (dict, list) and items:
+            value = items.popitem()[1] if type(items) is dict else items.pop()
+            if sys.getrefcount(value) == 2 and (type(value) in (dict, list) or hasattr(value, "__dict__")):
+                stack.append(value)        # 2: this name and the call's argument, so it was only in `items`
+            del value
+            yield
 
 
 def _options_key(options: dict[str, Any]) -> str:

@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import threading
+import time
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -48,6 +49,9 @@ _MIN_BYTESET_SLICE = 8
 # Unsorted ids up to this many are scanned for a token (as fast as a binary search);
 # longer ones are sorted on their first lookup.
 _MAX_SCAN = 4096
+# When this process last computed something new: a state's masks here, a compile in
+# `constrained.compile`, whose cache frees evicted FSMs only while this is long past.
+LAST_WORK = [0.0]
 
 
 class StateMasks:
@@ -185,6 +189,7 @@ class TokenFSM:
                     m = self._compute(state)
                     self._memo[state] = m
                     self._held += m.nbytes
+                    LAST_WORK[0] = time.perf_counter()
         return m
 
     def allowed_token_ids(self, state: int) -> np.ndarray:

@@ -400,6 +400,76 @@ def test_compile_cache_frees_evicted_fsms_and_recounts_growth(gpt2, monkeypatch:
     compile_module.clear_cache()
 
 
+def test_dismantle_empties_only_what_it_alone_holds() -> None:
+    """The reaper's `_dismantle` empties the evicted object's own containers, never one shared with others."""
+    from types import SimpleNamespace
+
+    from constrained.compile import _dismantle
+
+    def build() -> SimpleNamespace:
+        inner = SimpleNamespace(table={i: [i] for i in range(5)}, shared=shared)
+        return SimpleNamespace(memo={1: inner}, rows=[[1, 2], shared], shared=shared)
+
+    shared = {"kept": [1, 2, 3]}
+    root = build()
+    # root: 3 attributes, memo: 1 item, inner: 2 attributes, table: 5 items and their lists 1 each,
+    # rows: 2 items, [1, 2]: 2
+    assert sum(1 for _ in _dismantle(root)) == 20
+    assert vars(root) == {} and shared == {"kept": [1, 2, 3]}   # shared: let go of, never emptied
+    root = build()
+    table = root.memo[1].table                           # held here too: table is let go of whole
+    assert sum(1 for _ in _dismantle(root)) == 10
+    assert table == {i: [i] for i in range(5)}
+
+
+def test_an_evicted_fsm_still_in_use_keeps_working(gpt2, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An FSM evicted while a guide uses it is left whole by the reaper; the guide's masks stay right."""
+    import time
+
+    import constrained.compile as compile_module
+
+    compile_module.clear_cache()
+    monkeypatch.setattr(compile_module, "_CACHE_SIZE", 1)
+    monkeypatch.setattr(compile_module, "_IDLE_S", 0.0)
+    pattern = "[a-z]{1,20}[0-9]{1,3}"
+    g = compile_regex(pattern, gpt2).guide()
+    text = gpt2_encode(gpt2, "abcdefghij42")
+    for t in text[:3]:
+        assert g.advance(t)
+    compile_regex("[d-f]{1,30}", gpt2)                   # evicts the FSM that `g` uses
+    deadline = time.monotonic() + 10
+    while not compile_module._reap.empty() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)
+    compile_module.clear_cache()
+    fresh = compile_regex(pattern, gpt2).guide()
+    for t in text[:3]:
+        assert fresh.advance(t)
+    for t in text[3:]:
+        assert np.array_equal(g.allowed_token_ids(), fresh.allowed_token_ids())
+        assert g.advance(t) and fresh.advance(t)
+    assert g.is_accepting() and fresh.is_accepting()
+    compile_module.clear_cache()
+
+
+def test_the_reaper_waits_for_idle_time_unless_evictions_pile_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    import constrained.compile as compile_module
+    from constrained.token_fsm import LAST_WORK
+
+    monkeypatch.setattr(compile_module, "_IDLE_S", 0.05)
+    LAST_WORK[0] = time.perf_counter()
+    t = time.perf_counter()
+    compile_module._wait_idle()
+    assert time.perf_counter() - t >= 0.04               # waited for 50 ms without work
+    monkeypatch.setattr(compile_module, "_REAP_BACKLOG", 0)
+    LAST_WORK[0] = time.perf_counter()
+    t = time.perf_counter()
+    compile_module._wait_idle()
+    assert time.perf_counter() - t < 0.04                # a backlog is freed at once
+
+
 def gpt2_encode(vocab: Vocabulary, text: str) -> list[int]:
     """Greedy longest-match segmentation (a valid, non-canonical tokenization)."""
     return segment(vocab, text.encode(), random.Random(0), greedy=True)
