@@ -82,7 +82,7 @@ def compiled_extensions() -> list[Extension]:
     for ext in exts:
         ext.optional = True          # cythonize's copies drop it: a module that fails to build stays Python
         name = ext.name.rpartition(".")[2]
-        ext.name = f"grammars._compiled.{native.compiled_dir(name, names[name].read_bytes())}.{name}"
+        ext.name = f"grammars._compiled.{native.compiled_dir(name, native.source_bytes(name, ROOT / 'grammars'))}.{name}"
     return exts
 
 

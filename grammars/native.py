@@ -10,7 +10,8 @@ Without a compiler, or with ``CONSTRAINED_NATIVE=0`` at build or run time,
 the source runs as it is: same results.
 
 A compiled module lives in ``grammars/_compiled/<name>_<hash>/``, where the
-hash is that of the source it was compiled from; at import, a module is
+hash is that of the source it was compiled from (its ``.py``, and the ``.pxd``
+beside it where there is one: `ast.pxd` declares the node classes' C fields); at import, a module is
 loaded from there only if its current source still hashes the same, and
 from its source otherwise. So an edited file never runs stale compiled code
 (in an editable install, ``pip install -e .`` again recompiles it).
@@ -33,7 +34,7 @@ import sys
 from pathlib import Path
 
 __all__ = ["ENV", "MODULES", "PACKAGE_DIR", "checkpoint", "compiled_dir", "compiled_modules", "enabled", "install",
-           "loaded", "sources"]
+           "loaded", "source_bytes", "sources"]
 
 ENV = "CONSTRAINED_NATIVE"                    # "0": build and load no compiled module
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -53,6 +54,13 @@ def sources(package_dir: Path = PACKAGE_DIR) -> dict[str, Path]:
 def checkpoint() -> None:
     """Nothing, in Python: calling it from compiled code lets the interpreter hand the GIL to a
     thread that asked for it (a compile on a server's worker thread must not stall its event loop)."""
+
+
+def source_bytes(name: str, package_dir: Path = PACKAGE_DIR) -> bytes:
+    """What module `name` is compiled from: its ``.py``, then its ``.pxd`` if it has one (OSError if no .py)."""
+    text = (package_dir / f"{name}.py").read_bytes()
+    pxd = package_dir / f"{name}.pxd"
+    return text + pxd.read_bytes() if pxd.is_file() else text
 
 
 def compiled_dir(name: str, source: bytes) -> str:
@@ -79,9 +87,8 @@ class _Finder:
 
 
 def _fresh_binary(name: str) -> Path | None:
-    source = PACKAGE_DIR / f"{name}.py"
     try:
-        text = source.read_bytes()
+        text = source_bytes(name)
     except OSError:
         return None
     folder = PACKAGE_DIR / "_compiled" / compiled_dir(name, text)

@@ -85,6 +85,41 @@ def test_compiled_and_source_build_the_same_automata() -> None:
     assert compiled["cases"].keys() == source["cases"].keys()
 
 
+@needs_build
+def test_compiled_syntax_nodes_are_not_tracked_by_the_gc() -> None:
+    """Compiled, the node classes are C types the cyclic GC skips (the syntax a lazy FSM keeps costs no collection)."""
+    import gc
+
+    from grammars import ast
+
+    if not (native.enabled() and COMPILED["ast"]):
+        pytest.skip("grammars.ast runs from its source here")
+    nodes = [ast.ByteSet(3), ast.Seq((ast.ByteSet(1), ast.Ref("x"))), ast.Alt((ast.EMPTY,)),
+             ast.Repeat(ast.ANY_BYTE, 1, None), ast.Ref("x")]
+    assert not any(gc.is_tracked(n) for n in nodes)
+    with pytest.raises(AttributeError):
+        nodes[1].items = ()                              # immutable, as the source's nodes are by convention
+
+
+def test_the_source_runs_without_cython(tmp_path: Path) -> None:
+    """`grammars.ast` imports `cython` for its decorators; without Cython installed, the source still runs."""
+    probe = ("import sys\n"
+             "class NoCython:\n"
+             "    def find_spec(self, name, path=None, target=None):\n"
+             "        if name == 'cython' or name.startswith('Cython'):\n"
+             "            raise ImportError(name)\n"
+             "sys.meta_path.insert(0, NoCython())\n"
+             "from grammars import ast, native\n"
+             "from grammars.json_schema import json_schema_grammar\n"
+             "from grammars.nfa import NFA\n"
+             "a, b = ast.seq(ast.literal(b'ab'), ast.Ref('x')), ast.seq(ast.literal(b'ab'), ast.Ref('x'))\n"
+             "assert a == b and hash(a) == hash(b) and a is not b, (a, b)\n"
+             "g = json_schema_grammar({'type': 'object', 'properties': {'a': {'type': 'integer'}}})\n"
+             "print(NFA(g).num_states > 0, native.loaded(), ast.__file__.endswith('ast.py'), repr(ast.Ref('x')), isinstance(ast.cython, type))\n")
+    out = _python(probe, ROOT, native=False).split()
+    assert out == ["True", "[]", "True", "Ref(name='x')", "True"]     # the last: the stand-in, not Cython's module
+
+
 def test_a_long_compile_lets_other_threads_run() -> None:
     """Compiled code holds the GIL until it calls into Python (`grammars.native.checkpoint`):
     while a 60,000-string enum compiles, a thread that wakes every millisecond is never kept

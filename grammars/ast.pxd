@@ -1,0 +1,27 @@
+# When `grammars/ast.py` is compiled (see `grammars.native`), these declarations
+# give its node classes (C extension types there: `cython.cclass`) their fields as
+# C struct slots. The .py source stays plain Python.
+
+cdef class ByteSet:
+    cdef readonly object mask
+
+
+cdef class Seq:
+    cdef readonly tuple items
+    cdef Py_hash_t _hash
+
+
+cdef class Alt:
+    cdef readonly tuple items
+    cdef Py_hash_t _hash
+
+
+cdef class Repeat:
+    cdef readonly object item
+    cdef readonly object min
+    cdef readonly object max
+    cdef Py_hash_t _hash
+
+
+cdef class Ref:
+    cdef readonly str name
