@@ -100,7 +100,9 @@ def compile_json_schema(schema: Any, vocab: "Vocabulary", *, max_states: int = M
         **options: passed to `json_schema_grammar` (e.g. whitespace policy).
 
     Keywords ignored (unknown, vendor `x-`) or not enforced (`allow_approximate`)
-    are listed in the result's `report` (`SchemaNote`s) and warned once per compile.
+    are listed in the result's `report` (`SchemaNote`s) and warned once per compile;
+    a `format` the engine does not know is an annotation (not checked, as the
+    spec allows), listed in the report and not warned.
 
     Raises:
         InvalidSchemaError, UnsupportedSchemaError: bad or unsupported schema.
@@ -122,7 +124,8 @@ def compile_json_schema(schema: Any, vocab: "Vocabulary", *, max_states: int = M
 
     fsm = _cached(key, build)
     for note in fsm.report if built else ():    # once per compile, at the caller's line
-        warnings.warn(note, stacklevel=2)
+        if note.kind != "annotation":           # in the report only: the spec's own behaviour
+            warnings.warn(note, stacklevel=2)
     return fsm
 
 

@@ -130,8 +130,10 @@ class SchemaNote(UserWarning):
     Attributes:
         keyword: the keyword (`maxLenght`, `x-kubernetes-group`, `oneOf`, ...).
         path: the JSON path of the schema that holds it.
-        kind: "unknown" (ignored), "vendor" (an `x-` extension, ignored) or
-            "approximated" (not enforced: `allow_approximate=True`).
+        kind: "unknown" (ignored), "vendor" (an `x-` extension, ignored),
+            "approximated" (not enforced: `allow_approximate=True`) or
+            "annotation" (a `format` this engine does not know: not checked, as
+            the spec allows; reported, never warned).
         suggestion: for an unknown keyword, the known one it is likely a typo of.
 
     Example:
@@ -143,6 +145,8 @@ class SchemaNote(UserWarning):
         self.keyword, self.path, self.kind, self.suggestion = keyword, path, kind, suggestion
         if kind == "approximated":
             text = f"`{keyword}` at {path} is not enforced: {detail or 'the grammar over-approximates the schema'}"
+        elif kind == "annotation":
+            text = f"unknown `{keyword}` {detail} at {path} is not checked (an annotation, as the spec allows)"
         else:
             what = "vendor keyword" if kind == "vendor" else "unknown keyword"
             hint = f" (did you mean `{suggestion}`?)" if suggestion else " (treated as an annotation)"

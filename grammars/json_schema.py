@@ -24,7 +24,7 @@ always get at least `max_recursion_depth` levels.
 | `multipleOf` | integers: any integer divisor (enumerated ranges, or suffix rules for 2^a5^b); numbers: `10^-k` (fraction digits, no exponent form), integer divisors, or bounded ranges of <= 4096 multiples; decimal semantics (`0.29` is a multiple of `0.01`, unlike float-based validators); else unsupported |
 | `minLength` `maxLength` | exact, in code points (an escape or surrogate pair counts once) |
 | `pattern` | ECMA-262, search semantics, over every JSON spelling of each character; with min/maxLength an exact product (unsupported past a size budget) |
-| `format` | date, time, date-time, duration, email (dot-atom subset), hostname (<=253 chars subset), ipv4, ipv6, uri, uuid: exact per RFC, plain (unescaped) spelling; others unsupported (ignored with `allow_approximate`) |
+| `format` | date, time, date-time, duration, email (dot-atom subset), hostname (<=253 chars subset), ipv4, ipv6, uri, uuid: exact per RFC, plain (unescaped) spelling; any other is an annotation, as 2020-12 has it (not checked, listed in the compile report, no warning) |
 | `properties` `required` | exact; order = `properties` order, then required-only names; optional ones skippable; names written as JSON encoders write them (printable ASCII raw, never `\\u`-escaped) (n optional properties before the first required one cost ~n^2/2 member copies, ~2n^1.5 past 24) |
 | `additionalProperties` | exact, default `true` (extra keys after the declared ones, never repeating a declared name; while an extra key still spells the start of a declared name, its printable ASCII is written raw, not `\\u`-escaped); `strict=True` makes the default `false` |
 | `patternProperties` | with `additionalProperties: false`, one schema for all patterns, no declared name matching a pattern; else unsupported |
@@ -472,11 +472,8 @@ class Compiler:
         body = None
         if "format" in s:
             body = format_node(s["format"])
-            if body is None:
-                why = f"unknown format {s['format']!r}"
-                if not self.approximate:
-                    raise UnsupportedSchemaError("format", path, why)
-                self.notes.append(SchemaNote("format", path, "approximated", f"ignored: {why}"))
+            if body is None:     # an annotation (2020-12): any string of the other keywords is valid
+                self.notes.append(SchemaNote("format", path, "annotation", repr(s["format"])))
         if "pattern" in s:
             if body is not None:
                 raise UnsupportedSchemaError("pattern", path, "together with `format` (no exact intersection)")

@@ -338,7 +338,6 @@ UNSUPPORTED = [
     ({"properties": {"a": {"dependentRequired": {"x": ["y"]}}}}, "dependentRequired", "$.properties.a"),
     ({"unevaluatedProperties": False}, "unevaluatedProperties", "$"),
     ({"$ref": "https://example.com/schema.json"}, "$ref", "$"),
-    ({"type": "string", "format": "color-hex"}, "format", "$"),
     ({"oneOf": [{"type": "integer"}, {"minimum": 3}]}, "oneOf", "$"),
     ({"allOf": [{"pattern": "a"}, {"pattern": "b"}]}, "pattern", "$.allOf[1]"),
     ({"type": "number", "multipleOf": 0.3}, "multipleOf", "$"),
@@ -391,6 +390,26 @@ def test_compile_warns_each_note_once_and_keeps_the_report(vocabulary):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert compile_json_schema(schema, gpt2_vocab) is fsm                # a cache hit warns nothing
+
+
+def test_an_unknown_format_is_an_annotation_reported_not_warned(vocabulary):
+    """2020-12: `format` annotates unless the engine checks it; the other keywords still hold."""
+    from constrained.compile import clear_cache, compile_json_schema
+
+    clear_cache()
+    schema = {"type": "object", "properties": {"site": {"type": "string", "format": "url", "maxLength": 8},
+                                               "when": {"type": "string", "format": "date"}},
+              "required": ["site", "when"], "additionalProperties": False}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fsm = compile_json_schema(schema, vocabulary("gpt-2"))
+    assert [(n.keyword, n.path, n.kind) for n in fsm.report] == [("format", "$.properties.site", "annotation")]
+    assert str(fsm.report[0]) == ("unknown `format` 'url' at $.properties.site is not checked "
+                                  "(an annotation, as the spec allows)")
+    dfa = _dfa(schema)
+    assert dfa.matches(b'{"site": "any str", "when": "2024-02-29"}')
+    assert not dfa.matches(b'{"site": "123456789", "when": "2024-02-29"}')      # maxLength still holds
+    assert not dfa.matches(b'{"site": "x", "when": "someday"}')                  # a known format still checked
 
 
 INVALID = [
