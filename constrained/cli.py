@@ -139,7 +139,12 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("bench", help="benchmark suites: masks, decode, cache, serve (see bench/README.md)")
     g = sub.add_parser("generate", help="generate text that matches a JSON schema or a regex")
     g.add_argument("--model", help="model directory (default: a tiny local model with RANDOM weights)")
-    g.add_argument("--backend", choices=["mlx", "hf"], default=None, help="default: mlx when installed, else hf")
+    g.add_argument("--backend", choices=["mlx", "hf", "vllm"], default=None,
+                   help="default: mlx when installed, else hf; vllm runs the model in a vLLM engine with our "
+                        "logits processor (vLLM installed in this environment; see the README)")
+    g.add_argument("--vllm-args", metavar="JSON",
+                   help="with --backend vllm: vLLM engine arguments as a JSON object, e.g. "
+                        "'{\"max_model_len\": 4096, \"dtype\": \"float32\"}'")
     src = g.add_mutually_exclusive_group()
     src.add_argument("--schema", help="JSON schema: a file path, or inline JSON starting with '{'")
     src.add_argument("--regex", help="regular expression the whole output must match")
@@ -233,9 +238,18 @@ def _run_single(args: argparse.Namespace, requests: list[Any]) -> int:
 
 def _generate(args: argparse.Namespace, requests: list[Any], **options: Any) -> tuple[list[list[Any]], Any]:
     """Check and load the model, run `requests`; returns the results and a callable printing the summary."""
+    if args.vllm_args is not None and args.backend != "vllm":
+        raise UsageError("--vllm-args goes with --backend vllm")
     _check_model_dir(args, chat=any(r.chat for r in requests))
     started = time.perf_counter()
-    model, note = _load_model(args)
+    if args.backend == "vllm":
+        from constrained.cli_serve import load_vllm
+
+        # vLLM logs to stdout by default, where the samples go (its engine process inherits this)
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+        model, note = load_vllm(args)
+    else:
+        model, note = _load_model(args)
     load_s = time.perf_counter() - started
     if note:
         say(note)
@@ -243,7 +257,11 @@ def _generate(args: argparse.Namespace, requests: list[Any], **options: Any) -> 
 
     before = dict(model.stats)
     started = time.perf_counter()
-    results = generate_batch(model, requests, **options)
+    try:
+        results = generate_batch(model, requests, **options)
+    finally:
+        if args.backend == "vllm":
+            model.close()                  # the engine's own processes end with this run
     elapsed = time.perf_counter() - started
     return results, lambda: _print_summary(results, elapsed, load_s, model, before)
 

@@ -66,7 +66,7 @@ def run_serve(args: argparse.Namespace) -> int:
     if missing:
         raise UsageError(f"serve needs {', '.join(missing)}: pip install 'constrained[serve]'")
     if args.backend == "vllm":
-        model, note = _load_vllm(args)
+        model, note = load_vllm(args)
     else:
         if args.vllm_args is not None:
             raise UsageError("--vllm-args goes with --backend vllm")
@@ -82,14 +82,18 @@ def run_serve(args: argparse.Namespace) -> int:
                  max_states=args.max_states)
 
 
-def _load_vllm(args: argparse.Namespace) -> tuple[Any, str]:
-    """Check the vLLM flags and that vLLM is installed, then start the engine; the backend and a note to print."""
+def load_vllm(args: argparse.Namespace) -> tuple[Any, str]:
+    """Check the vLLM flags and that vLLM is installed, then start the engine; the backend and a note to print.
+
+    For `serve` and `generate` (which has no --batch-size or --cache-mb).
+    """
     import importlib.util
 
     from constrained.cli import TINY_ARCH, TINY_VOCAB, UsageError, _check_model_dir
     from constrained.errors import BackendUnavailableError
 
-    for flag, value in (("--batch-size", args.batch_size), ("--cache-mb", args.cache_mb)):
+    for flag, value in (("--batch-size", getattr(args, "batch_size", None)),
+                        ("--cache-mb", getattr(args, "cache_mb", None))):
         if value is not None:
             raise UsageError(f"{flag} does not apply to --backend vllm: vLLM schedules batches and caches prefixes "
                              "itself (set max_num_seqs, gpu_memory_utilization, ... in --vllm-args)")

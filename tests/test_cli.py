@@ -130,6 +130,27 @@ def test_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], ar
     assert err.count("\n") == 1 and err.startswith("constrained: error: ") and message in err, err
 
 
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--backend", "hf", "--vllm-args", "{}"], "--vllm-args goes with --backend vllm"),
+    (["--backend", "vllm", "--vllm-args", "[1]"], "--vllm-args must be a JSON object"),
+    (["--backend", "vllm", "--vllm-args", '{"model": "x"}'], "give the model with --model"),
+    (["--backend", "vllm", "--model", "/no/model"], "--model: no such model directory: /no/model"),
+])
+def test_generate_vllm_flags_are_checked_before_any_model_loads(capsys: pytest.CaptureFixture[str],
+                                                                argv: list[str], message: str) -> None:
+    code, lines, err = _run(capsys, "--regex", "a", "--prompt", "x", *argv)
+    assert code == 2 and not lines and message in err, err
+
+
+def test_generate_vllm_without_vllm_names_the_install(capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here (tests/vllm runs generate on it)")
+    code, lines, err = _run(capsys, "--regex", "a", "--prompt", "x", "--backend", "vllm")
+    assert code == 2 and not lines and "pip install 'constrained[vllm]'" in err, err
+
+
 @pytest.mark.parametrize(
     "line, message",
     [

@@ -74,3 +74,26 @@ def test_stream_and_stop_sequences_in_the_engine(vlm: Any, monkeypatch: pytest.M
         time.sleep(0.05)
     (same,) = generate(vlm, "Phone:", regex=digits, seed=4, max_tokens=30, stop=[stop])
     assert (same.text, same.status, same.token_ids) == (cut.text, cut.status, cut.token_ids)
+
+
+def test_the_cli_generates_on_its_own_engine(vllm_model_dir: Any) -> None:
+    """`constrained generate --backend vllm`, as a user runs it: its own engine, started and shut down by the run."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.vllm.conftest import ENGINE_OPTS
+
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "constrained", "generate", "--backend", "vllm", "--model", str(vllm_model_dir),
+         "--vllm-args", json.dumps(ENGINE_OPTS), "--schema", json.dumps(PERSON), "--prompt", "A person:",
+         "-n", "2", "--seed", "0", "--max-tokens", "64", "--json"],
+        capture_output=True, text=True, timeout=600, env=dict(os.environ))
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [r["sample"] for r in records] == [0, 1]
+    for r in records:
+        assert r["status"] == "complete", r
+        jsonschema.validate(json.loads(r["text"]), PERSON)
+    print(f"CLI run with its own vLLM engine: {time.monotonic() - started:.0f} s")
