@@ -457,8 +457,8 @@ def _check_context(lm: AsyncLM, prompt_tokens: int, max_tokens: int) -> None:
 
 def _parse(request: GenerationRequest, text: str) -> Any:
     schema = request.schema
-    if schema is None:
-        return text
+    if schema is None or (request.options.get("or_text") and not text.lstrip(" \t\n\r").startswith("{")):
+        return text                                # `or_text`: a reply that is not the document
     if isinstance(schema, type) and hasattr(schema, "model_validate_json"):
         return schema.model_validate_json(text)
     return json.loads(text)

@@ -17,7 +17,11 @@ sampling settings of a `GenerationRequest`:
   output matches;
 - ``tools`` with ``tool_choice`` ``"required"`` or ``{"type": "function",
   "function": {"name": ...}}``: a JSON object ``{"name": ..., "arguments":
-  ...}`` whose arguments match the chosen function's ``parameters``;
+  ...}`` whose arguments match the chosen function's ``parameters``; with
+  ``"auto"`` (the default when tools are given), either such a call or text
+  whose first character after JSON whitespace is not ``{``: the model
+  decides, and whichever it writes is exact (``json_schema_grammar``'s
+  ``or_text``);
 - ``stop`` (up to 4 strings) ends the text where one appears, cut before
   it, with or without a constraint; a constrained text cut before its
   document was complete has ``finish_reason`` "stop" and ``stop_reason`` the
@@ -179,13 +183,10 @@ class CompletionRequest(_Sampling):
 
 def constraint_of(req: _Sampling) -> tuple[dict[str, Any], str | None]:
     """``({"schema" | "regex": ..., "options": ...}, the request field it came from)``; ``({}, None)`` for free text."""
-    if isinstance(req, ChatCompletionRequest) and req.tools and req.tool_choice not in (None, "none"):
+    if isinstance(req, ChatCompletionRequest) and req.tools and req.tool_choice != "none":
         schema, param = tool_schema(req)
-        return {"schema": schema, "options": {}}, param
-    if isinstance(req, ChatCompletionRequest) and req.tools and req.tool_choice is None:
-        raise APIError(400, "with `tools`, set `tool_choice` to \"required\" or a named function (the default, "
-                            "\"auto\", is not supported: the output is either a tool call or free text, never "
-                            "left to guessing)", param="tool_choice", code="unsupported_parameter")
+        # "auto" (also the default with tools): a call, or text whose first non-space character is not "{"
+        return {"schema": schema, "options": {"or_text": True} if tool_choice_is_auto(req) else {}}, param
     fmt = req.response_format
     if fmt is None or fmt.type == "text":
         return {}, None
@@ -211,9 +212,6 @@ def tool_schema(req: ChatCompletionRequest) -> tuple[dict[str, Any], str]:
     ``anyOf`` those objects.
     """
     tools = req.tools or []
-    if req.tool_choice == "auto":
-        raise APIError(400, "`tool_choice` \"auto\" is not supported; use \"required\" or a named function",
-                       param="tool_choice", code="unsupported_parameter")
     if isinstance(req.tool_choice, NamedToolChoice):
         name = req.tool_choice.function.name
         chosen = [(i, t) for i, t in enumerate(tools) if t.function.name == name]
@@ -225,6 +223,11 @@ def tool_schema(req: ChatCompletionRequest) -> tuple[dict[str, Any], str]:
     variants = [_call_schema(t.function) for _, t in chosen]
     param = f"tools[{chosen[0][0]}].function.parameters" if len(chosen) == 1 else "tools"
     return (variants[0] if len(variants) == 1 else {"anyOf": variants}), param
+
+
+def tool_choice_is_auto(req: ChatCompletionRequest) -> bool:
+    """Whether the model may answer with text instead of a call (``"auto"``, OpenAI's default with tools)."""
+    return bool(req.tools) and req.tool_choice in (None, "auto")
 
 
 def tool_parameters(req: ChatCompletionRequest) -> list[tuple[str, Any]]:

@@ -48,7 +48,7 @@ from constrained.decoding import DecodeLoop
 from constrained.errors import ConstraintError
 from constrained.generate import Generation, GenerationRequest, model_vocabulary
 from constrained.openai_api import (
-    APIError, ChatCompletionRequest, CompletionRequest, chat_prompt, constraint_of, tool_parameters,
+    APIError, ChatCompletionRequest, CompletionRequest, chat_prompt, constraint_of, tool_choice_is_auto, tool_parameters,
 )
 from constrained.streaming import RequestStream
 
@@ -166,8 +166,9 @@ class Server:
         try:
             async for event in plan.events(self.decoder):
                 gen = event.generation
-                if event.text and not out.tools:
-                    yield out.chunk([out.choice(event.index, out.text_delta(event.text))])
+                text = out.text_now(event.index, event.text) if event.text else ""
+                if text:
+                    yield out.chunk([out.choice(event.index, out.text_delta(text))])
                 if gen is not None:
                     yield out.final(event.index, gen)
         except Exception as e:  # noqa: BLE001 - the status line is sent: report in the stream, then end it
@@ -298,7 +299,8 @@ def _finish_reason(gen: Generation, tools: bool) -> str:
         return "length"                           # cut off: the text is not a complete document
     if gen.status == "stop":
         return "stop"                             # cut at a stop sequence before the document was complete
-    return "tool_calls" if tools else "stop"
+    # a complete call parses to a dict; with tool_choice "auto" a text reply stays text
+    return "tool_calls" if tools and isinstance(gen.value, dict) else "stop"
 
 
 def _tool_calls(gen: Generation) -> list[dict[str, Any]]:
@@ -308,7 +310,7 @@ def _tool_calls(gen: Generation) -> list[dict[str, Any]]:
 
 
 def _uses_tools(req: _Req) -> bool:
-    return isinstance(req, ChatCompletionRequest) and bool(req.tools) and req.tool_choice not in (None, "none")
+    return isinstance(req, ChatCompletionRequest) and bool(req.tools) and req.tool_choice != "none"
 
 
 def _usage(prompt_tokens: int, gens: list[Generation]) -> dict[str, int]:
@@ -349,6 +351,23 @@ class _Chunks:
                      "created": int(time.time()), "model": model_id}
         self.prompt_tokens = prompt_tokens
         self.done: list[Generation] = []
+        # Per choice, text held back: a tool call's (sent as tool_calls at the end, or as content when
+        # cut off); with tool_choice "auto", until its first character past whitespace says call ("{") or
+        # text, from when on it streams (`text_choices`).
+        self.held: dict[int, str] = {}
+        self.text_choices: set[int] = set()
+        self.auto = self.chat and tool_choice_is_auto(req)
+
+    def text_now(self, index: int, text: str) -> str:
+        """What of choice `index`'s new `text` goes out now (the rest is held for its final chunk)."""
+        if not self.tools or index in self.text_choices:
+            return text
+        held = self.held.pop(index, "") + text
+        if self.auto and held.lstrip(" \t\n\r")[:1] not in ("", "{"):
+            self.text_choices.add(index)          # a text reply: it streams from now on
+            return held
+        self.held[index] = held
+        return ""
 
     def chunk(self, choices: list[dict[str, Any]], usage: dict[str, int] | None = None) -> str:
         return _sse_data({**self.head, "choices": choices, "usage": usage})
@@ -377,7 +396,7 @@ class _Chunks:
         delta: dict[str, Any] = {}
         if reason == "tool_calls":
             delta = {"tool_calls": [{"index": 0, **call} for call in _tool_calls(gen)]}
-        elif self.tools:                              # a cut-off tool call: its text, as content
+        elif self.tools and index not in self.text_choices:   # held back: a cut-off call, or only whitespace
             delta = self.text_delta(gen.text)
         last = len(self.done) == self.req.n and not self.req.include_usage
         return self.chunk([self.choice(index, delta, reason, gen.stop_sequence)], self.usage() if last else None)

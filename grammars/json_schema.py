@@ -60,7 +60,10 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from grammars.ast import NOTHING, Alt, Grammar, Node, Ref, Repeat, Seq, alt, literal, optional, plus, seq, star
+from grammars.ast import (
+    MAX_CODEPOINT, NOTHING, Alt, Grammar, Node, Ref, Repeat, Seq, alt, byteset, codepoints, literal, optional, plus, seq,
+    star,
+)
 from grammars.errors import (
     InvalidSchemaError, RegexSyntaxError, SchemaNote, UnsupportedRegexError, UnsupportedSchemaError,
 )
@@ -95,7 +98,7 @@ MAX_NESTING = 2000
 def json_schema_grammar(
     schema: Any, *, strict: bool = False, whitespace: str | WhitespacePolicy = "default",
     any_order: bool = False, max_recursion_depth: int = 16, max_any_depth: int = 8,
-    allow_approximate: bool = False, numbers: str = "double",
+    allow_approximate: bool = False, numbers: str = "double", or_text: bool = False,
 ) -> Grammar:
     """Compile a JSON schema (dict, JSON string or pydantic model class) to a `Grammar`.
 
@@ -110,6 +113,10 @@ def json_schema_grammar(
         numbers: "double" (default): every number stays valid after `json.loads`, bounds and
             `multipleOf` decided on the double it parses to (see `grammars.json_doubles`);
             "exact": arbitrary-precision decimal semantics, for readers that parse with `Decimal`.
+        or_text: the document, or any text whose first character after JSON
+            whitespace is not ``{`` (a reply that may or may not be a tool call,
+            OpenAI's ``tool_choice: "auto"``): the two never overlap, so the
+            output's first non-space character says which it is.
 
     Raises:
         UnsupportedSchemaError: a keyword cannot be enforced exactly.
@@ -130,7 +137,8 @@ def json_schema_grammar(
     c = Compiler(root, strict=strict, ws=Whitespace.of(policy), any_order=any_order,
                  allow_approximate=allow_approximate, numbers=numbers)
     body = c.root_node()
-    rules = {"start": seq(c.ws.around, body, c.ws.around), **c.rules}
+    start = seq(c.ws.around, body, c.ws.around)
+    rules = {"start": alt(start, _NOT_A_DOCUMENT) if or_text else start, **c.rules}
     info = {"max_depth": max_recursion_depth + max_any_depth + 1, "whitespace": policy, "labels": c.labels,
             "tries": c.tries, "max_recursion_depth": max_recursion_depth, "max_any_depth": max_any_depth,
             "kind": "JSON schema", "empty_at": c.empty, "report": _dedup(c.notes), "numbers": numbers,
@@ -138,6 +146,13 @@ def json_schema_grammar(
             # the path of each rule's own subschema, whose parts an NFA does not defer (`grammars.nfa`)
             "homes": {"start": "$", **{name: name[4:] for name in c.rules if name.startswith("ref:")}}}
     return Grammar(rules, "start", info, check_refs=False)     # the compiler defines every rule it refers to
+
+
+# `or_text`'s other branch: JSON whitespace, then nothing or a character other than "{", then any text.
+_NOT_A_DOCUMENT: Node = seq(
+    star(byteset(b" \t\n\r")),
+    optional(seq(codepoints([(0, 0x08), (0x0B, 0x0C), (0x0E, 0x1F), (0x21, 0x7A), (0x7C, MAX_CODEPOINT)]),
+                 star(codepoints([(0, MAX_CODEPOINT)])))))
 
 
 def _dedup(notes: list[SchemaNote]) -> tuple[SchemaNote, ...]:

@@ -412,6 +412,19 @@ def test_an_unknown_format_is_an_annotation_reported_not_warned(vocabulary):
     assert not dfa.matches(b'{"site": "x", "when": "someday"}')                  # a known format still checked
 
 
+def test_or_text_is_the_document_or_text_not_opening_with_a_brace():
+    """`or_text` (tool_choice "auto"): a valid document, or any text whose first non-space character is not "{"."""
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
+              "additionalProperties": False}
+    dfa = _dfa(schema, or_text=True)
+    for text in ['{"a": 1}', "Hello", ' Hi {"a": 1}', "", "  \n", "héllo ☃", "[1]", "\t42"]:
+        assert dfa.matches(text.encode()), text
+    for text in ['{"b": 1}', "{ hi", '  {"a": 1} and more', '{"a": 1} trailing']:
+        assert not dfa.matches(text.encode()), text
+    assert not dfa.matches(b"\xff")                     # text is valid UTF-8
+    assert not _dfa(schema).matches(b"Hello")           # off by default
+
+
 INVALID = [
     ({"properties": {"name": {"type": "string", "maxLength": -1}}}, "$.properties.name", "-1"),
     ({"required": "name"}, "$", "'name'"),

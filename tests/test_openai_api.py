@@ -53,9 +53,18 @@ def test_required_is_any_of_the_tools() -> None:
     assert schema["anyOf"][1]["properties"]["arguments"] == {"type": "object"}   # no parameters: any object
 
 
+@pytest.mark.parametrize("fields", [{"tools": [F, G]}, {"tools": [F, G], "tool_choice": "auto"}])
+def test_auto_is_a_call_to_any_tool_or_text(fields: dict[str, Any]) -> None:
+    """"auto" (the default with tools): the calls of "required", or text (`or_text`)."""
+    constraint, param = constraint_of(chat(**fields))
+    assert constraint == {"schema": tool_schema(chat(tools=[F, G], tool_choice="required"))[0],
+                          "options": {"or_text": True}} and param == "tools"
+    required, _ = constraint_of(chat(tools=[F, G], tool_choice="required"))
+    assert required["options"] == {}
+    assert constraint_of(chat(tools=[F], tool_choice="none")) == ({}, None)
+
+
 @pytest.mark.parametrize(("fields", "param"), [
-    ({"tools": [F]}, "tool_choice"),                                         # "auto" by default: refused
-    ({"tools": [F], "tool_choice": "auto"}, "tool_choice"),
     ({"tools": [F], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
     ({"response_format": {"type": "regex"}}, "response_format.regex"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "n"}}}, "response_format.json_schema"),

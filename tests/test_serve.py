@@ -200,6 +200,52 @@ def test_tools_stream(client: Any) -> None:
     assert chunks[-1].choices[0].finish_reason == "tool_calls" and chunks[-1].usage.completion_tokens > 0
 
 
+def _auto_choice_is_valid(finish_reason: str, content: str | None, calls: list[Any]) -> bool:
+    """A tool_choice "auto" choice: a complete call whose arguments fit its tool, or text not opening with "{"."""
+    tools = {t["function"]["name"]: t["function"]["parameters"] for t in (WEATHER, SEARCH)}
+    if finish_reason == "tool_calls":
+        (call,) = calls
+        jsonschema.validate(json.loads(call.function.arguments), tools[call.function.name])
+        return content is None
+    return not calls and not (content or "").lstrip(" \t\n\r").startswith("{")
+
+
+@pytest.mark.parametrize("choice", [None, "auto"])
+def test_tools_auto_is_a_call_or_text(client: Any, choice: Any) -> None:
+    """With tools and no tool_choice (OpenAI's default, "auto"), each choice is a valid call or plain text."""
+    kwargs = dict(messages=_messages("Weather in Paris?"), seed=11, max_tokens=40, n=4, tools=[WEATHER, SEARCH],
+                  **({"tool_choice": choice} if choice else {}))
+    r = client.chat.completions.create(model=MODEL, **kwargs)
+    for c in r.choices:
+        assert _auto_choice_is_valid(c.finish_reason, c.message.content, c.message.tool_calls or []), c
+    texts, reasons, _ = _streamed_chat(client, **kwargs)                 # streamed: the same choices
+    for c in r.choices:
+        assert reasons[c.index] == c.finish_reason
+        assert texts[c.index] == (c.message.content or "")
+
+
+def test_auto_streams_text_and_holds_a_call_back() -> None:
+    """The stream of "auto" choices: text goes out as it comes once its first character says text; a call,
+    whose first character is "{", is held back and sent whole as tool_calls (the serve layer's own logic)."""
+    from constrained.generate import Generation
+    from constrained.openai_api import ChatCompletionRequest
+    from constrained.serve import _Chunks
+
+    req = ChatCompletionRequest.model_validate({"model": MODEL, "messages": _messages("Hi"), "tools": [WEATHER],
+                                                "n": 2})
+    out = _Chunks(req, MODEL, prompt_tokens=5)
+    call = {"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}
+    text = json.dumps(call)
+    assert [out.text_now(0, part) for part in (text[:5], text[5:])] == ["", ""]      # held back: a call
+    assert [out.text_now(1, part) for part in ("\n ", "Sun", "ny")] == ["", "\n Sun", "ny"]
+    first = json.loads(out.final(0, Generation(text=text, token_ids=[1, 2], value=call))[6:])
+    (tool_call,) = first["choices"][0]["delta"]["tool_calls"]
+    assert first["choices"][0]["finish_reason"] == "tool_calls" and json.loads(tool_call["function"]["arguments"]) == \
+        call["arguments"]
+    last = json.loads(out.final(1, Generation(text="\n Sunny", token_ids=[3], value="\n Sunny"))[6:])
+    assert last["choices"][0]["finish_reason"] == "stop" and last["choices"][0]["delta"] == {}
+
+
 # ---------------------------------------------------------------------------- streaming and stop
 
 
