@@ -122,6 +122,8 @@ def key_order(schema: Any) -> dict[str, int]:
             if isinstance(props, dict):
                 for name in list(props) + [r for r in node.get("required", []) if r not in props]:
                     order.setdefault(name, len(order))
+            for name in _dependency_names(node):
+                order.setdefault(name, len(order))
             for key, value in node.items():
                 if key not in ("enum", "const", "examples", "default"):
                     walk(value)
@@ -131,6 +133,24 @@ def key_order(schema: Any) -> dict[str, int]:
 
     walk(schema)
     return order
+
+
+def _dependency_names(node: dict) -> list[str]:
+    """The names an object's dependencies mention, in the order its layout places them (after its
+    declared properties: `grammars.json_objects.object_node`)."""
+    from grammars.json_checks import dependent_names
+
+    requires: dict[str, list[str]] = {}
+    forbids: dict[str, list[str]] = {}
+    for key in ("dependentRequired", "dependentSchemas", "dependencies"):
+        deps = node.get(key)
+        for name, v in deps.items() if isinstance(deps, dict) else ():
+            got = dependent_names(key, v)
+            if got and got[0]:
+                requires.setdefault(name, []).extend(got[0])
+            if got and got[1]:
+                forbids.setdefault(name, []).extend(got[1])
+    return [*requires, *forbids, *(n for ns in (*requires.values(), *forbids.values()) for n in ns)]
 
 
 def canonical(value: Any, order: dict[str, int]) -> Any:

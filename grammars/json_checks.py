@@ -23,7 +23,7 @@ from typing import Any
 from grammars.errors import InvalidSchemaError, SchemaNote, UnsupportedSchemaError
 from grammars.json_merge import ANNOTATIONS, TYPES
 
-__all__ = ["check_schema", "KNOWN_KEYWORDS"]
+__all__ = ["check_schema", "dependent_names", "KNOWN_KEYWORDS"]
 
 _NONNEG_INT = ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties",
                "minContains", "maxContains")
@@ -118,13 +118,39 @@ def _unsupported(s: dict) -> list[str]:
                "unevaluatedProperties": True, "unevaluatedItems": True}
     for key in ("contains", "dependentSchemas", "dependentRequired", "dependencies", "unevaluatedProperties",
                 "unevaluatedItems", "$dynamicRef", "$recursiveRef"):
-        if key in s and not (key in trivial and s[key] == trivial[key]):
+        if key in s and not (key in trivial and s[key] == trivial[key]) and not _exact_dependencies(key, s[key]):
             out.append(key)
     if s.get("uniqueItems") is True:
         out.append("uniqueItems")
     if "if" in s and ("then" in s or "else" in s):  # `then`/`else` alone have no effect
         out.append("if")
     return out
+
+
+def _exact_dependencies(key: str, value: Any) -> bool:
+    """Whether `dependentRequired` / `dependentSchemas` / `dependencies` `value` is of the forms objects
+    enforce exactly (`grammars.json_objects`): names required by a name, and dependent schemas that only
+    require names or forbid them (``"properties": {"x": false}``, or ``{"not": {}}``)."""
+    if key not in ("dependentRequired", "dependentSchemas", "dependencies") or not isinstance(value, dict):
+        return False
+    return all(dependent_names(key, v) is not None for v in value.values())
+
+
+def dependent_names(key: str, v: Any) -> tuple[list[str], list[str]] | None:
+    """(names required, names forbidden) when an object has the name `v` depends on; None for another form."""
+    if isinstance(v, list) and key != "dependentSchemas":
+        return (v, []) if all(isinstance(n, str) for n in v) else None
+    if key == "dependentRequired" or not isinstance(v, dict):
+        return ([], []) if v is True and key != "dependentRequired" else None
+    required = v.get("required", [])
+    props = v.get("properties", {})
+    if not (isinstance(required, list) and all(isinstance(n, str) for n in required) and isinstance(props, dict)):
+        return None
+    if any(k not in ("required", "properties") and k not in ANNOTATIONS for k in v):
+        return None
+    if not all(p is False or p == {"not": {}} for p in props.values()):
+        return None
+    return list(required), list(props)
 
 
 @lru_cache(maxsize=4096)

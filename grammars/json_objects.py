@@ -39,9 +39,12 @@ from grammars.json_values import counted, union
 if TYPE_CHECKING:
     from grammars.json_schema import Compiler
 
-__all__ = ["object_node", "array_node", "ANY_ORDER_LIMIT"]
+__all__ = ["object_node", "array_node", "ANY_ORDER_LIMIT", "DEPENDENCY_LIMIT"]
 
 ANY_ORDER_LIMIT = 6
+# Properties that `dependentRequired` / `dependentSchemas` / `dependencies` may mention in one object:
+# the layout tracks which of them are present.
+DEPENDENCY_LIMIT = 12
 
 
 def object_node(c: "Compiler", s: dict, path: str, base: str) -> Node:
@@ -50,8 +53,14 @@ def object_node(c: "Compiler", s: dict, path: str, base: str) -> Node:
     patterns: dict = {p: v for p, v in s.get("patternProperties", {}).items() if v is not True and v != {}}
     extra = s.get("additionalProperties", False if c.strict else True)
     names_schema = s.get("propertyNames", True)
+    requires, forbids = _dependencies(s, path)
+    names = list(props) + [r for r in required if r not in props]
+    for name in [*requires, *forbids, *(n for ns in (*requires.values(), *forbids.values()) for n in ns)]:
+        if name not in names:            # a name a dependency mentions: a member of its own, so that
+            names.append(name)           # additional keys never take it (their value: additionalProperties)
     members: list[tuple[Node, bool]] = []
-    for name in list(props) + [r for r in required if r not in props]:
+    index_of: dict[str, int] = {}
+    for name in names:
         req = name in required
         sub = _declared_schema(c, name, props, patterns, extra, path)
         if names_schema is not True and not c.accepts(names_schema, name, f"{path}.propertyNames", base):
@@ -63,18 +72,24 @@ def object_node(c: "Compiler", s: dict, path: str, base: str) -> Node:
             if req:
                 return NOTHING
             continue
+        index_of[name] = len(members)
         members.append((seq(quoted(key_literal(name)), c.ws.colon, _unit(value)), req))
-    declared = set(props) | set(required)
+    declared = set(names)
     extra_member = _extra_member(c, declared, patterns, extra, names_schema, path, base)
     lo, hi = s.get("minProperties", 0), s.get("maxProperties")
+    rules = _Rules.of(requires, forbids, index_of)
+    if rules is not None and len(rules.relevant) > DEPENDENCY_LIMIT:
+        key = next(k for k in ("dependentRequired", "dependentSchemas", "dependencies") if s.get(k))
+        raise UnsupportedSchemaError(key, path, f"dependencies among {len(rules.relevant)} properties (at most "
+                                                f"{DEPENDENCY_LIMIT}: the object's layout grows like 2^n in them)")
     if c.any_order and len(members) > 1:
         if len(members) > ANY_ORDER_LIMIT:
             raise UnsupportedSchemaError(
                 "properties", path, f"any_order=True allows at most {ANY_ORDER_LIMIT} properties "
                 f"(the grammar grows like n!), got {len(members)}")
-        return c.ws.obj(_Layout(c, members, extra_member, lo, hi).any_order())
-    layout = _Layout(c, members, extra_member, lo, hi)
-    body = layout.ordered()
+        return c.ws.obj(_Layout(c, members, extra_member, lo, hi, rules).any_order())
+    layout = _Layout(c, members, extra_member, lo, hi, rules)
+    body = layout.ruled() if rules else layout.ordered()
     # the uncounted layout is linear in the NFA (shared suffixes) though its tree is quadratic
     size = expanded_size(body) if layout.counted else 0
     if size > c.budget:
@@ -82,6 +97,60 @@ def object_node(c: "Compiler", s: dict, path: str, base: str) -> Node:
                                      f"(budget {c.budget}); minProperties/maxProperties over many optional "
                                      "properties grow combinatorially")
     return c.ws.obj(body)
+
+
+def _dependencies(s: dict, path: str) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """`dependentRequired`, `dependentSchemas` and draft-7 `dependencies` as (name -> names it requires,
+    name -> names it forbids); `grammars.json_checks` has refused every other form."""
+    from grammars.json_checks import dependent_names
+
+    requires: dict[str, list[str]] = {}
+    forbids: dict[str, list[str]] = {}
+    for key in ("dependentRequired", "dependentSchemas", "dependencies"):
+        for name, v in (s.get(key) or {}).items():
+            got = dependent_names(key, v)
+            if got is None:
+                raise UnsupportedSchemaError(key, path, f"the dependency of {name!r} is not of a form enforced "
+                                                        "exactly (names required or forbidden)")
+            if got[0]:
+                requires.setdefault(name, []).extend(got[0])
+            if got[1]:
+                forbids.setdefault(name, []).extend(got[1])
+    return requires, forbids
+
+
+class _Rules:
+    """Dependencies between an object's members, by member index: taking member i needs every
+    member of `needs[i]` (-1: one that can never be there) and none of `bans[i]`."""
+
+    def __init__(self, needs: dict[int, frozenset[int]], bans: dict[int, frozenset[int]]) -> None:
+        self.needs, self.bans = needs, bans
+        self.relevant = frozenset(needs) | frozenset(bans) | {j for js in (*needs.values(), *bans.values())
+                                                              for j in js}
+
+    @classmethod
+    def of(cls, requires: dict[str, list[str]], forbids: dict[str, list[str]],
+           index_of: dict[str, int]) -> "_Rules | None":
+        needs = {index_of[a]: frozenset(index_of.get(b, -1) for b in bs if b != a)
+                 for a, bs in requires.items() if a in index_of}
+        bans = {index_of[a]: frozenset(index_of[x] for x in xs if x in index_of)
+                for a, xs in forbids.items() if a in index_of}
+        needs = {i: js for i, js in needs.items() if js}
+        bans = {i: js for i, js in bans.items() if js}
+        return cls(needs, bans) if needs or bans else None
+
+    def may_take(self, i: int, taken: frozenset[int]) -> bool:
+        """Member i can join `taken`: nothing taken bans it, it bans nothing taken."""
+        return -1 not in self.needs.get(i, ()) and i not in self.bans.get(i, ()) and not (
+            self.bans.get(i, frozenset()) & taken) and not any(i in self.bans.get(t, ()) for t in taken)
+
+    def done(self, taken: frozenset[int]) -> bool:
+        """Every member taken has the members it needs."""
+        return all(self.needs.get(t, frozenset()) <= taken for t in taken)
+
+    def owed(self, i: int, taken: frozenset[int]) -> bool:
+        """Member i must be taken: a member taken before it needs it."""
+        return any(i in self.needs.get(t, ()) for t in taken)
 
 
 def _declared_schema(c: "Compiler", name: str, props: dict, patterns: dict, extra: Any, path: str) -> Any:
@@ -162,9 +231,9 @@ class _Layout:
     """Comma placement and member counting for one object body."""
 
     def __init__(self, c: "Compiler", members: list[tuple[Node, bool]], extra: Node | None,
-                 lo: int, hi: int | None) -> None:
+                 lo: int, hi: int | None, rules: _Rules | None = None) -> None:
         self.ws = c.ws
-        self.members, self.extra, self.lo, self.hi = members, extra, lo, hi
+        self.members, self.extra, self.lo, self.hi, self.rules = members, extra, lo, hi, rules
         # Counts saturate at cap; count > 0 doubles as "a comma is needed".
         self.cap = max(1, hi + 1 if hi is not None else lo)
         self.counted = not (self.cap == 1 and hi is None)
@@ -232,17 +301,43 @@ class _Layout:
         return union(nonempty, self._extras(0)) if first_required == n else nonempty
 
     def any_order(self) -> Node:
+        rules = self.rules
+
         def tail(used: frozenset, count: int) -> Node:
             key = (used, count)
             if key not in self.memo:
                 parts = [self._take(i, count, tail(used | {i}, min(count + 1, self.cap)))
-                         for i in range(len(self.members)) if i not in used]
-                if all(i in used for i, (_, req) in enumerate(self.members) if req):
+                         for i in range(len(self.members))
+                         if i not in used and (rules is None or rules.may_take(i, used))]
+                if all(i in used for i, (_, req) in enumerate(self.members) if req) and (
+                        rules is None or rules.done(used)):
                     parts.append(self._extras(count))
                 self.memo[key] = union(*parts)
             return self.memo[key]
 
         return tail(frozenset(), 0)
+
+    def ruled(self) -> Node:
+        """`ordered` with dependencies between members (`_Rules`): the state adds, of the members
+        taken, those a dependency mentions (2^k states for k of them; schemas have one or two)."""
+        rules, n = self.rules, len(self.members)
+
+        def tail(i: int, count: int, taken: frozenset) -> Node:
+            key = (i, count, taken)
+            if key not in self.memo:
+                if i == n:
+                    out = self._extras(count) if rules.done(taken) else NOTHING
+                else:
+                    _, required = self.members[i]
+                    must = required or rules.owed(i, taken)
+                    mark = taken | {i} if i in rules.relevant else taken
+                    take = (self._take(i, count, tail(i + 1, min(count + 1, self.cap), mark))
+                            if rules.may_take(i, taken) else NOTHING)
+                    out = take if must else union(take, tail(i + 1, count, taken))
+                self.memo[key] = out
+            return self.memo[key]
+
+        return tail(0, 0, frozenset())
 
 
 def array_node(c: "Compiler", s: dict, path: str, base: str) -> Node:

@@ -335,7 +335,9 @@ UNSUPPORTED = [
      "$.properties.tags"),
     ({"type": "array", "contains": {"type": "integer"}}, "contains", "$"),
     ({"if": {"type": "string"}, "then": {"minLength": 1}}, "if", "$"),
-    ({"properties": {"a": {"dependentRequired": {"x": ["y"]}}}}, "dependentRequired", "$.properties.a"),
+    ({"properties": {"a": {"dependentSchemas": {"x": {"properties": {"y": {"type": "integer"}}}}}}}, "dependentSchemas",
+     "$.properties.a"),                                  # only names required or forbidden are exact
+    ({"type": "object", "dependentRequired": {f"p{i}": [f"q{i}"] for i in range(7)}}, "dependentRequired", "$"),
     ({"unevaluatedProperties": False}, "unevaluatedProperties", "$"),
     ({"$ref": "https://example.com/schema.json"}, "$ref", "$"),
     ({"oneOf": [{"type": "integer"}, {"minimum": 3}]}, "oneOf", "$"),
