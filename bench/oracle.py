@@ -137,20 +137,14 @@ def key_order(schema: Any) -> dict[str, int]:
 
 def _dependency_names(node: dict) -> list[str]:
     """The names an object's dependencies mention, in the order its layout places them (after its
-    declared properties: `grammars.json_objects.object_node`)."""
-    from grammars.json_checks import dependent_names
+    declared properties: `grammars.json_objects.object_node`); none for forms it refuses."""
+    from grammars.errors import ConstraintError
+    from grammars.json_objects import dependencies, dependency_names
 
-    requires: dict[str, list[str]] = {}
-    forbids: dict[str, list[str]] = {}
-    for key in ("dependentRequired", "dependentSchemas", "dependencies"):
-        deps = node.get(key)
-        for name, v in deps.items() if isinstance(deps, dict) else ():
-            got = dependent_names(key, v)
-            if got and got[0]:
-                requires.setdefault(name, []).extend(got[0])
-            if got and got[1]:
-                forbids.setdefault(name, []).extend(got[1])
-    return [*requires, *forbids, *(n for ns in (*requires.values(), *forbids.values()) for n in ns)]
+    try:
+        return dependency_names(*dependencies(node, "$"))
+    except ConstraintError:
+        return []
 
 
 def canonical(value: Any, order: dict[str, int]) -> Any:

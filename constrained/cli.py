@@ -138,13 +138,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
     sub.add_parser("bench", help="benchmark suites: masks, decode, cache, serve (see bench/README.md)")
     g = sub.add_parser("generate", help="generate text that matches a JSON schema or a regex")
-    g.add_argument("--model", help="model directory (default: a tiny local model with RANDOM weights)")
-    g.add_argument("--backend", choices=["mlx", "hf", "vllm"], default=None,
-                   help="default: mlx when installed, else hf; vllm runs the model in a vLLM engine with our "
-                        "logits processor (vLLM installed in this environment; see the README)")
-    g.add_argument("--vllm-args", metavar="JSON",
-                   help="with --backend vllm: vLLM engine arguments as a JSON object, e.g. "
-                        "'{\"max_model_len\": 4096, \"dtype\": \"float32\"}'")
+    from constrained.cli_serve import add_model_arguments, add_serve_parser
+
+    add_model_arguments(g)
     src = g.add_mutually_exclusive_group()
     src.add_argument("--schema", help="JSON schema: a file path, or inline JSON starting with '{'")
     src.add_argument("--regex", help="regular expression the whole output must match")
@@ -188,8 +184,6 @@ def _parser() -> argparse.ArgumentParser:
                    help="budget of automaton states per constraint, built lazily as generation reaches them "
                         "(default: %(default)s); past it the sample ends with status 'error'")
     g.set_defaults(run=_run_generate)
-    from constrained.cli_serve import add_serve_parser
-
     add_serve_parser(sub)
     return p
 

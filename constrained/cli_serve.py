@@ -32,13 +32,7 @@ def add_serve_parser(sub: Any) -> None:
     from constrained.compile import MAX_STATES
 
     s = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (needs the `serve` extra)")
-    s.add_argument("--model", help="model directory (default: a tiny local model with RANDOM weights)")
-    s.add_argument("--backend", choices=["mlx", "hf", "vllm"], default=None,
-                   help="default: mlx when installed, else hf; vllm runs the model in a vLLM engine with our "
-                        "logits processor (vLLM installed in this environment; see the README)")
-    s.add_argument("--vllm-args", metavar="JSON",
-                   help="with --backend vllm: vLLM engine arguments as a JSON object, e.g. "
-                        "'{\"max_model_len\": 4096, \"dtype\": \"float32\", \"max_num_seqs\": 64}'")
+    add_model_arguments(s)
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     s.add_argument("--port", type=int, default=8000, help="port; 0 picks a free one (default: %(default)s)")
     s.add_argument("--served-model-name", metavar="NAME",
@@ -54,6 +48,17 @@ def add_serve_parser(sub: Any) -> None:
     s.add_argument("--max-states", type=_positive_int, default=MAX_STATES, metavar="N",
                    help="automaton state budget per constraint (default: %(default)s)")
     s.set_defaults(run=run_serve)
+
+
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """--model, --backend and --vllm-args (`generate` and `serve`)."""
+    p.add_argument("--model", help="model directory (default: a tiny local model with RANDOM weights)")
+    p.add_argument("--backend", choices=["mlx", "hf", "vllm"], default=None,
+                   help="default: mlx when installed, else hf; vllm runs the model in a vLLM engine with our "
+                        "logits processor (vLLM installed in this environment; see the README)")
+    p.add_argument("--vllm-args", metavar="JSON",
+                   help="with --backend vllm: vLLM engine arguments as a JSON object, e.g. "
+                        "'{\"max_model_len\": 4096, \"dtype\": \"float32\", \"max_num_seqs\": 64}'")
 
 
 def run_serve(args: argparse.Namespace) -> int:

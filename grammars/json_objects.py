@@ -39,7 +39,7 @@ from grammars.json_values import counted, union
 if TYPE_CHECKING:
     from grammars.json_schema import Compiler
 
-__all__ = ["object_node", "array_node", "ANY_ORDER_LIMIT", "DEPENDENCY_LIMIT"]
+__all__ = ["object_node", "array_node", "dependencies", "dependency_names", "ANY_ORDER_LIMIT", "DEPENDENCY_LIMIT"]
 
 ANY_ORDER_LIMIT = 6
 # Properties that `dependentRequired` / `dependentSchemas` / `dependencies` may mention in one object:
@@ -53,9 +53,9 @@ def object_node(c: "Compiler", s: dict, path: str, base: str) -> Node:
     patterns: dict = {p: v for p, v in s.get("patternProperties", {}).items() if v is not True and v != {}}
     extra = s.get("additionalProperties", False if c.strict else True)
     names_schema = s.get("propertyNames", True)
-    requires, forbids = _dependencies(s, path)
+    requires, forbids = dependencies(s, path)
     names = list(props) + [r for r in required if r not in props]
-    for name in [*requires, *forbids, *(n for ns in (*requires.values(), *forbids.values()) for n in ns)]:
+    for name in dependency_names(requires, forbids):
         if name not in names:            # a name a dependency mentions: a member of its own, so that
             names.append(name)           # additional keys never take it (their value: additionalProperties)
     members: list[tuple[Node, bool]] = []
@@ -99,7 +99,12 @@ def object_node(c: "Compiler", s: dict, path: str, base: str) -> Node:
     return c.ws.obj(body)
 
 
-def _dependencies(s: dict, path: str) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+def dependency_names(requires: dict[str, list[str]], forbids: dict[str, list[str]]) -> list[str]:
+    """The names `dependencies` mentions, in the order an object's layout places those not declared."""
+    return [*requires, *forbids, *(n for ns in (*requires.values(), *forbids.values()) for n in ns)]
+
+
+def dependencies(s: dict, path: str) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """`dependentRequired`, `dependentSchemas` and draft-7 `dependencies` as (name -> names it requires,
     name -> names it forbids); `grammars.json_checks` has refused every other form."""
     from grammars.json_checks import dependent_names
@@ -107,7 +112,10 @@ def _dependencies(s: dict, path: str) -> tuple[dict[str, list[str]], dict[str, l
     requires: dict[str, list[str]] = {}
     forbids: dict[str, list[str]] = {}
     for key in ("dependentRequired", "dependentSchemas", "dependencies"):
-        for name, v in (s.get(key) or {}).items():
+        deps = s.get(key)
+        if deps is not None and not isinstance(deps, dict):
+            raise UnsupportedSchemaError(key, path, "not an object of dependencies")
+        for name, v in (deps or {}).items():
             got = dependent_names(key, v)
             if got is None:
                 raise UnsupportedSchemaError(key, path, f"the dependency of {name!r} is not of a form enforced "
