@@ -21,7 +21,7 @@ from functools import lru_cache
 from typing import Any
 
 from grammars.errors import InvalidSchemaError, SchemaNote, UnsupportedSchemaError
-from grammars.json_merge import ANNOTATIONS, TYPES
+from grammars.json_merge import ANNOTATIONS, TYPES, negation
 
 __all__ = ["check_schema", "dependent_names", "KNOWN_KEYWORDS"]
 
@@ -122,7 +122,7 @@ def _unsupported(s: dict) -> list[str]:
             out.append(key)
     if s.get("uniqueItems") is True:
         out.append("uniqueItems")
-    if "if" in s and ("then" in s or "else" in s):  # `then`/`else` alone have no effect
+    if "if" in s and ("then" in s or "else" in s) and negation(s["if"]) is None:   # else rewritten (`normalize`)
         out.append("if")
     return out
 

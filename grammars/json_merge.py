@@ -24,7 +24,7 @@ from typing import Any, Callable
 from grammars.errors import UnsupportedSchemaError
 from grammars.json_values import json_key, json_type
 
-__all__ = ["Merger", "normalize", "TYPES", "ANNOTATIONS", "type_set", "disjoint"]
+__all__ = ["Merger", "normalize", "negation", "TYPES", "ANNOTATIONS", "type_set", "disjoint"]
 
 TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
 ANNOTATIONS = frozenset({
@@ -58,7 +58,99 @@ def normalize(s: dict, draft: int) -> dict:
         out["enum"] = [v for v in out["enum"] if json_key(v) == json_key(const)] if "enum" in out else [const]
     if draft == 7 and "$ref" in out:
         return {"$ref": out["$ref"]}
+    if "if" in out or "not" in out:
+        _logic(out)
     return out
+
+
+def _logic(out: dict) -> None:
+    """`if`/`then`/`else`, and a `not` the compiler does not negate itself, as `allOf`/`anyOf` of
+    schemas it compiles exactly (`negation`); left as they are where no such form exists (and
+    refused by `grammars.json_checks`)."""
+    if "if" in out:
+        cond, then, other = out["if"], out.get("then", True), out.get("else", True)
+        neg = negation(cond) if then is not True or other is not True else False
+        if neg is not None:
+            for key in ("if", "then", "else"):
+                out.pop(key, None)
+            if then is not True or other is not True:   # (if and then) or (not if and else)
+                out["allOf"] = [*out.get("allOf", []), {"anyOf": [{"allOf": [cond, then]}, {"allOf": [neg, other]}]}]
+    if "not" in out and not _plain_not(out["not"]):
+        neg = negation(out["not"])
+        if neg is not None:
+            del out["not"]
+            out["allOf"] = [*out.get("allOf", []), neg]
+
+
+def _plain_not(n: Schema) -> bool:
+    """`not: n` of the forms the compiler excludes directly: types, scalar enum/const, anyOf of those."""
+    if isinstance(n, bool):
+        return True
+    if not isinstance(n, dict):
+        return False
+    keys = {k for k in n if k not in ANNOTATIONS}
+    if keys == {"anyOf"}:
+        return isinstance(n["anyOf"], list) and all(_plain_not(b) for b in n["anyOf"])
+    return keys <= {"type", "enum", "const"}
+
+
+def negation(s: Schema) -> Schema | None:
+    """A schema valid exactly where `s` is not, made of forms compiled exactly; None if there is none here.
+
+    Negation goes through `not` (twice is none), `allOf` and `anyOf` (De Morgan), and splits a schema's
+    keywords (each constrains alone): types and scalar `enum`/`const` are excluded by `not`; a
+    `required` name becomes "an object without it"; a property's schema, "an object with it, and
+    its value valid under the property's negation". Other keywords (bounds, patterns, ...) have no
+    such form here.
+
+    Example:
+        >>> negation({"properties": {"mode": {"const": "a"}}, "required": ["mode"]})
+        {'anyOf': [{'type': 'object', 'required': ['mode'], 'properties': {'mode': {'not': {'const': 'a'}}}}, \
+{'type': 'object', 'properties': {'mode': False}}]}
+    """
+    if isinstance(s, bool):
+        return not s
+    if not isinstance(s, dict):
+        return None
+    keys = [k for k in s if k not in ANNOTATIONS]
+    parts: list[Schema] = []                      # `s` fails when any of these holds
+    simple = {k: s[k] for k in keys if k in ("type", "enum", "const")}
+    if simple:
+        values = list(simple.get("enum", [])) + ([simple["const"]] if "const" in simple else [])
+        if any(isinstance(v, (dict, list)) for v in values):
+            return None
+        parts.append({"not": simple})
+    for key in keys:
+        value = s[key]
+        if key in simple:
+            continue
+        if key == "not":
+            parts.append(value)
+        elif key in ("allOf", "anyOf") and isinstance(value, list):
+            negs = [negation(b) for b in value]
+            if any(n is None for n in negs):
+                return None
+            if key == "allOf":
+                parts.extend(negs)
+            else:
+                parts.append({"allOf": negs} if len(negs) > 1 else negs[0])
+        elif key == "required" and isinstance(value, list):
+            parts.extend({"type": "object", "properties": {r: False}} for r in value)
+        elif key == "properties" and isinstance(value, dict):
+            for name, sub in value.items():
+                neg = negation(sub)
+                if neg is None:
+                    return None
+                if neg is not False:
+                    parts.append({"type": "object", "required": [name], "properties": {name: neg}})
+        else:
+            return None
+    parts = [p for p in parts if p is not False]
+    if any(p is True for p in parts):
+        return True
+    if not parts:
+        return False
+    return parts[0] if len(parts) == 1 else {"anyOf": parts}
 
 
 def type_set(s: Schema) -> set[str]:

@@ -34,11 +34,12 @@ always get at least `max_recursion_depth` levels.
 | `allOf` | real merge (types intersect, bounds tighten, properties merge recursively, required union, anyOf/oneOf distribute); unmergeable pairs unsupported |
 | `anyOf` | exact (each branch merged with the sibling keywords) |
 | `oneOf` | exact when branches are provably disjoint (types, enum values, or a required discriminator property with distinct const/enum); else unsupported (`allow_approximate`: compiled as anyOf) |
-| `not` | exact for types, enum/const of scalars (numbers: excluded points; strings: complement of a finite set, without other string keywords), and anyOf of those |
+| `not` | exact for types, enum/const of scalars (numbers: excluded points; strings: complement of a finite set, without other string keywords), and anyOf of those; and, rewritten as `allOf`/`anyOf` (`json_merge.negation`), for `not`, `allOf`, `anyOf`, `required` and `properties` of such forms (`not: {required: [a]}` is "an object without a") |
+| `if` / `then` / `else` | exact when `if` has such a negation: (if and then) or (not if and else), e.g. a discriminator `{"properties": {"mode": {"const": ...}}, "required": ["mode"]}`; else unsupported |
 | `$ref` `$defs` `definitions` `$anchor` `$id` | local refs, JSON pointers with `~0 ~1`; recursion via `Ref` rules, depth `max_recursion_depth`; remote refs unsupported; 2020-12 siblings of `$ref` are merged, draft-7 siblings ignored |
 | `true` / `{}` / `false` | any JSON value (nesting <= `max_any_depth`) / nothing |
 | `dependentRequired`, draft-7 `dependencies` | exact when the dependencies require names (arrays) or only require or forbid names (`{"required": [...]}`, `"properties": {"x": false}` or `{"not": {}}`), also as `dependentSchemas`, among at most 12 properties per object (`json_objects.DEPENDENCY_LIMIT`); names they mention that are not declared are members after the declared ones, with the `additionalProperties` schema; other dependent schemas unsupported |
-| `uniqueItems: true`, `contains`, `if`/`then`/`else`, `unevaluated*`, `$dynamicRef` | unsupported (dropped with a warning under `allow_approximate`) |
+| `uniqueItems: true`, `contains`, other `if`s, `unevaluated*`, `$dynamicRef` | unsupported (dropped with a warning under `allow_approximate`) |
 | annotations (`title`, `description`, `default`, `examples`, `$comment`, `readOnly`, `deprecated`, `content*`, `discriminator`) | ignored; unknown keywords are ignored with a warning |
 | `whitespace` | "default": after `{ [ ,` and before `} ]` <= 1 space, or 1 newline + <= 32 spaces/tabs; <= 1 space around `:` and before `,`; one such gap before/after the document. "compact": none. Or a `WhitespacePolicy` |
 | `any_order` | properties in any order, <= 6 per object (grammar ~ e*n! members) |

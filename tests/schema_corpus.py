@@ -95,6 +95,22 @@ CORPUS: list[dict] = [
          [{"x": 1}, {"x": 1, "y": "z", "w": 0}]),
     case("enum_with_type", {"type": "string", "enum": ["a", 1, "b"]}, ["a", "b"], [1, "c"]),
     # -- objects -------------------------------------------------------------------
+    case("if_then_else_discriminator", {
+        "type": "object", "properties": {"mode": {"enum": ["search", "extract"]}, "pattern": {"type": "string"},
+                                         "dest": {"type": "string"}},
+        "required": ["mode"], "additionalProperties": False,
+        "if": {"properties": {"mode": {"const": "extract"}}, "required": ["mode"]},
+        "then": {"required": ["dest"]}, "else": {"required": ["pattern"]}},
+         [{"mode": "extract", "dest": "x"}, {"mode": "search", "pattern": "p"},
+          {"mode": "extract", "pattern": "p", "dest": "d"}, {"mode": "search", "pattern": "p", "dest": "d"}],
+         [{"mode": "extract"}, {"mode": "search"}, {"mode": "search", "dest": "d"}, {"mode": "extract", "pattern": "p"}]),
+    case("if_type_then_else", {"if": {"type": "string"}, "then": {"maxLength": 3}, "else": {"type": "integer"}},
+         ["abc", "", 3, -7], ["abcd", 1.5, None, [1]]),
+    case("not_required_together", {"type": "object", "properties": {"cmd": {"type": "string"}, "args": {"type": "array"}},
+                                   "not": {"allOf": [{"required": ["cmd"]}, {"required": ["args"]}]}},
+         [{}, {"cmd": "x"}, {"args": []}, {"other": 1}], [{"cmd": "x", "args": []}, {"cmd": "x", "args": [], "z": 1}]),
+    case("not_not", {"not": {"not": {"type": "object", "properties": {"a": {"const": 1}}, "required": ["a"]}}},
+         [{"a": 1}, {"a": 1, "b": 2}], [{"a": 2}, {}, 1, "a"], hypothesis=False),   # it draws nothing from `not`
     case("dependent_required", {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"},
                                                                  "c": {"type": "string"}},
                                 "dependentRequired": {"a": ["b"], "c": ["a"]}},
