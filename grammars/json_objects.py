@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from grammars.ast import EMPTY, NOTHING, Alt, Node, Seq, alt, optional, seq
 from grammars.errors import UnsupportedSchemaError
+from grammars.json_checks import dependent_names
 from grammars.json_strings import key_literal, quoted, string_not_in
 from grammars.json_length import expanded_size
 from grammars.json_values import counted, union
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["object_node", "array_node", "dependencies", "dependency_names", "ANY_ORDER_LIMIT", "DEPENDENCY_LIMIT"]
 
 ANY_ORDER_LIMIT = 6
+_DEPENDENCY_KEYS = frozenset(("dependentRequired", "dependentSchemas", "dependencies"))
 # Properties that `dependentRequired` / `dependentSchemas` / `dependencies` may mention in one object:
 # the layout tracks which of them are present.
 DEPENDENCY_LIMIT = 12
@@ -53,9 +55,9 @@ def object_node(c: "Compiler", s: dict, path: str, base: str) -> Node:
     patterns: dict = {p: v for p, v in s.get("patternProperties", {}).items() if v is not True and v != {}}
     extra = s.get("additionalProperties", False if c.strict else True)
     names_schema = s.get("propertyNames", True)
-    requires, forbids = dependencies(s, path)
     names = list(props) + [r for r in required if r not in props]
-    for name in dependency_names(requires, forbids):
+    requires, forbids = dependencies(s, path) if _DEPENDENCY_KEYS & s.keys() else ({}, {})
+    for name in dependency_names(requires, forbids) if requires or forbids else ():
         if name not in names:            # a name a dependency mentions: a member of its own, so that
             names.append(name)           # additional keys never take it (their value: additionalProperties)
     members: list[tuple[Node, bool]] = []
@@ -77,7 +79,7 @@ def object_node(c: "Compiler", s: dict, path: str, base: str) -> Node:
     declared = set(names)
     extra_member = _extra_member(c, declared, patterns, extra, names_schema, path, base)
     lo, hi = s.get("minProperties", 0), s.get("maxProperties")
-    rules = _Rules.of(requires, forbids, index_of)
+    rules = _Rules.of(requires, forbids, index_of) if requires or forbids else None
     if rules is not None and len(rules.relevant) > DEPENDENCY_LIMIT:
         key = next(k for k in ("dependentRequired", "dependentSchemas", "dependencies") if s.get(k))
         raise UnsupportedSchemaError(key, path, f"dependencies among {len(rules.relevant)} properties (at most "
@@ -107,8 +109,6 @@ def dependency_names(requires: dict[str, list[str]], forbids: dict[str, list[str
 def dependencies(s: dict, path: str) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """`dependentRequired`, `dependentSchemas` and draft-7 `dependencies` as (name -> names it requires,
     name -> names it forbids); `grammars.json_checks` has refused every other form."""
-    from grammars.json_checks import dependent_names
-
     requires: dict[str, list[str]] = {}
     forbids: dict[str, list[str]] = {}
     for key in ("dependentRequired", "dependentSchemas", "dependencies"):
