@@ -69,12 +69,12 @@ def _logic(out: dict) -> None:
     refused by `grammars.json_checks`)."""
     if "if" in out:
         cond, then, other = out["if"], out.get("then", True), out.get("else", True)
-        neg = negation(cond) if then is not True or other is not True else False
-        if neg is not None:
+        neg = None if then is True and other is True else negation(cond)     # without then/else: no effect
+        if neg is not None or (then is True and other is True):
             for key in ("if", "then", "else"):
                 out.pop(key, None)
-            if then is not True or other is not True:   # (if and then) or (not if and else)
-                out["allOf"] = [*out.get("allOf", []), {"anyOf": [{"allOf": [cond, then]}, {"allOf": [neg, other]}]}]
+        if neg is not None:                       # (if and then) or (not if and else)
+            out["allOf"] = [*out.get("allOf", []), {"anyOf": [{"allOf": [cond, then]}, {"allOf": [neg, other]}]}]
     if "not" in out and not _plain_not(out["not"]):
         neg = negation(out["not"])
         if neg is not None:
