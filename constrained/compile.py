@@ -27,7 +27,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterator
 
 from constrained.errors import EmptyConstraintError, InvalidSchemaError
-from constrained.token_fsm import LAST_WORK, TokenFSM
+from constrained.token_fsm import WORK, TokenFSM
 from grammars.deep import deep_call
 from grammars.nfa import gc_paused
 
@@ -61,14 +61,18 @@ _held = {"bytes": 0, "since": 0}          # their sum; compiles since the last c
 # on the reaper or in `_cached`, it landed inside the next compile (whose kernels
 # release the GIL), a sixth of a median compile; done in slices while masks were
 # being computed, it slowed them by a tenth. So the reaper frees in slices of
-# `_REAP_SLICE_S`, each once no compile or new mask has run for `_IDLE_S`
-# (`token_fsm.LAST_WORK`), unless `_REAP_BACKLOG` evictions wait: then at once,
+# `_REAP_SLICE_S`, only while no compile or new mask runs and none has for
+# `_IDLE_S` (`token_fsm.WORK`), unless `_REAP_BACKLOG` evictions wait: then at once,
 # so that memory stays bounded under a steady stream of new schemas. While the
 # engine works, the reaper wakes once per `_IDLE_S` (5 ms, the interpreter's
-# switch interval; waking every 1 ms cost the benchmark's masks 3-4%).
+# switch interval; waking every 1 ms cost the benchmark's masks 3-4%). Between
+# slices it sleeps `_REAP_PAUSE_S`, which lets go of the GIL: a thread that wants
+# it back (a kernel returning, a request arriving) gets it then, instead of after
+# the 5 ms switch interval.
 _reap: "queue.SimpleQueue[list[TokenFSM]]" = queue.SimpleQueue()
 _REAP_SLICE_S = 20e-6
 _IDLE_S = 5e-3
+_REAP_PAUSE_S = 50e-6
 _REAP_BACKLOG = 16
 _reaper: threading.Thread | None = None
 
@@ -165,10 +169,8 @@ def _cached(key: Hashable, build: Callable[[], TokenFSM]) -> TokenFSM:
     # compile's thousands of short-lived grammar objects would otherwise be
     # promoted to the oldest generation and trigger its full scans (25-100 ms
     # each with a model loaded), several times over a few dozen schemas.
-    LAST_WORK[0] = time.perf_counter()
-    with gc_paused():
+    with WORK, gc_paused():
         fsm = deep_call(build)             # deep schemas: see `grammars.deep`
-    LAST_WORK[0] = time.perf_counter()
     evicted = []
     with _lock:
         if key in _cache:                  # a parallel compile of the same key came first
@@ -218,6 +220,8 @@ def _reap_forever() -> None:
                 end = time.perf_counter() + _REAP_SLICE_S
                 for _ in _dismantle(fsm):
                     if time.perf_counter() > end:
+                        if _reap.qsize() < _REAP_BACKLOG:
+                            time.sleep(_REAP_PAUSE_S)
                         _wait_idle()
                         end = time.perf_counter() + _REAP_SLICE_S
             del fsm                         # held elsewhere (a generation still using it): freed there
@@ -226,7 +230,7 @@ def _reap_forever() -> None:
 def _wait_idle() -> None:
     """Return once nothing was compiled or computed for `_IDLE_S`, or at once if evictions pile up."""
     while _reap.qsize() < _REAP_BACKLOG:
-        quiet = time.perf_counter() - LAST_WORK[0]
+        quiet = WORK.idle_for()
         if quiet >= _IDLE_S:
             return
         time.sleep(_IDLE_S - quiet)
