@@ -28,7 +28,7 @@ from typing import Any
 
 from constrained.errors import BackendUnavailableError
 
-__all__ = ["ARCH_VOCABS", "TINY_CONFIG", "VLLM_TINY_CONFIG", "tiny_config", "tiny_model_dir", "tiny_model_pair", "default_cache_dir"]
+__all__ = ["ARCH_VOCABS", "QWEN2_0_5B_CONFIG", "QWEN2_0_5B_VOCAB_ROWS", "TINY_CONFIG", "VLLM_TINY_CONFIG", "tiny_config", "tiny_model_dir", "tiny_model_pair", "default_cache_dir"]
 
 # Bump when the directory layout or the weights recipe changes: old caches are then ignored.
 _RECIPE_VERSION = 3
@@ -56,6 +56,20 @@ TINY_CONFIG: dict[str, Any] = {
     "initializer_range": 0.25,
     "tie_word_embeddings": True,  # halves the files for 150k-token vocabularies
 }
+
+# Overrides of TINY_CONFIG giving Qwen2-0.5B's shapes (494M parameters, 1.98 GB in float32): a model whose
+# forward pass costs what a real one does, for benchmarks of per-token overhead (`python -m bench decode --realistic`).
+QWEN2_0_5B_CONFIG: dict[str, Any] = {
+    "hidden_size": 896,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "intermediate_size": 4864,
+    "max_position_embeddings": 32768,
+    "rope_theta": 1000000.0,
+    "initializer_range": 0.02,
+}
+QWEN2_0_5B_VOCAB_ROWS = 151936
 
 # Overrides of TINY_CONFIG for vLLM, whose CPU attention kernel needs head_dim >= 32:
 # hidden 128 over 4 heads (tiny_model_dir(..., config=VLLM_TINY_CONFIG)).

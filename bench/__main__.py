@@ -83,7 +83,8 @@ def _parser() -> argparse.ArgumentParser:
     r.set_defaults(run=_run_masks, styles=["compact"], schemas=None, quick=False)
 
     d = sub.add_parser("decode", help="tokens/s constrained vs unconstrained (MLX, HF)")
-    d.add_argument("--model", help="local model directory (default: the tiny random llama, llama-bpe vocab)")
+    d.add_argument("--model", help="local model directory (default: the tiny random llama, llama-bpe vocab), or "
+                                   "'qwen2-0.5b': a random model with Qwen2-0.5B's shapes and vocabulary, built once")
     d.add_argument("--backends", nargs="+", default=["mlx", "hf"], choices=["mlx", "hf"])
     d.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8])
     d.add_argument("--max-tokens", type=int, default=64)

@@ -63,17 +63,46 @@ class _SyncedMatcher:
 
 
 def _hf_proc(kind: str, ctx: dict, rows: int) -> Any:
-    """A fresh transformers LogitsProcessor for `kind` over `rows` batch rows."""
+    """A fresh transformers LogitsProcessor for `kind` over `rows` batch rows: ours, or a peer's own
+    (xgrammar's `contrib.hf.LogitsProcessor`; llguidance's matchers with its `llguidance.torch`
+    bitmask helpers; outlines-core through `_SyncedMatcher` and our mask application)."""
     if kind == "ours":
         from constrained.processors import hf_logits_processor
 
         return hf_logits_processor(SCHEMA, ctx["vocab"])
-    import torch
+    engine, compiled = ctx["peers"][kind]
+    if kind == "xgrammar":
+        import xgrammar.contrib.hf
+
+        return xgrammar.contrib.hf.LogitsProcessor(compiled)
     from transformers import LogitsProcessor
+
+    if kind == "llguidance":
+        import llguidance.torch as lt
+
+        matchers = [compiled.deep_copy() for _ in range(rows)]
+        bitmask = lt.allocate_token_bitmask(rows, ctx["vocab"].size)
+
+        class LLGuidanceProcessor(LogitsProcessor):
+            prompt_len: int | None = None
+
+            def __call__(self, input_ids: Any, scores: Any) -> Any:
+                length = input_ids.shape[1]
+                if self.prompt_len is None:
+                    self.prompt_len = length
+                elif length > self.prompt_len:
+                    for m, t in zip(matchers, input_ids[:, -1].tolist()):
+                        m.consume_token(t)
+                for r, m in enumerate(matchers):
+                    lt.fill_next_token_bitmask(m, bitmask, r)
+                lt.apply_token_bitmask_inplace(scores, bitmask)
+                return scores
+
+        return LLGuidanceProcessor()
+    import torch
 
     from constrained.processors import apply_torch_bitmask
 
-    engine, compiled = ctx["peers"][kind]
     synced = [_SyncedMatcher(engine.matcher(compiled), ctx["n_words"]) for _ in range(rows)]
 
     class PeerProcessor(LogitsProcessor):
@@ -84,6 +113,20 @@ def _hf_proc(kind: str, ctx: dict, rows: int) -> Any:
             return apply_torch_bitmask(scores, torch.from_numpy(packed))
 
     return PeerProcessor()
+
+
+class _Timed:
+    """A logits processor with the time spent in its calls counted (the per-step overhead it adds)."""
+
+    def __init__(self, proc: Any) -> None:
+        self.proc, self.ns, self.calls = proc, 0, 0
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        t = time.perf_counter_ns()
+        out = self.proc(input_ids, scores)
+        self.ns += time.perf_counter_ns() - t
+        self.calls += 1
+        return out
 
 
 def _run_hf(model: Any, prompts: list[list[int]], eos: set[int], max_tokens: int, proc: Any) -> list[list[int]]:
@@ -222,6 +265,10 @@ def _run_hf_part(args: Any, emit: Callable[[dict], None], say: Callable[[str], N
         from backends.tiny import tiny_model_dir
 
         model_dir = str(tiny_model_dir("llama", "llama-bpe"))
+    elif model_dir == "qwen2-0.5b":
+        from backends.tiny import QWEN2_0_5B_CONFIG, QWEN2_0_5B_VOCAB_ROWS, tiny_model_dir
+
+        model_dir = str(tiny_model_dir("qwen2", "qwen2", config=QWEN2_0_5B_CONFIG, pad_vocab_to=QWEN2_0_5B_VOCAB_ROWS))
     try:
         model = _load_hf(model_dir)
     except ImportError as e:
@@ -245,9 +292,11 @@ def _run_hf_part(args: Any, emit: Callable[[dict], None], say: Callable[[str], N
     say("schema: bench.decode.SCHEMA (a bounded tool call); tokens/s relative to the unconstrained run of the same"
         " loop and batch (transformers generate; generate:*: constrained.generate_batch over our HFLM backend)\n")
     say(table(["batch", "mode", "tokens", "tokens/s", "vs unconstrained (wall)", "(CPU time)",
-               "rows ended as valid JSON"],
+               "processor µs per step, warm (first rep)", "rows ended as valid JSON"],
               [[r["batch"], r["mode"], r["tokens"], r["tokens_per_s"], r["vs_unconstrained"],
-                r["cpu_vs_unconstrained"], r["valid_json_rows"]] for r in rows_out]))
+                r["cpu_vs_unconstrained"],
+                "-" if r["proc_us_per_step"] is None else f"{r['proc_us_per_step']} ({r['proc_us_per_step_first']})",
+                r["valid_json_rows"]] for r in rows_out]))
 
 
 def _row(kind: str, bs: int, results: dict[str, dict], model_dir: str, vocab: Any) -> dict:
@@ -259,7 +308,11 @@ def _row(kind: str, bs: int, results: dict[str, dict], model_dir: str, vocab: An
             "vs_unconstrained": round((r["tokens"] / r["best"]) / (base["tokens"] / base["best"]), 3),
             "cpu_s": round(r["cpu"], 4),
             "cpu_vs_unconstrained": round((r["tokens"] / r["cpu"]) / (base["tokens"] / base["cpu"]), 3),
-            "valid_json_rows": None if kind.endswith("unconstrained") else _valid_rows(r["rows"], vocab)}
+            "valid_json_rows": None if kind.endswith("unconstrained") else _valid_rows(r["rows"], vocab),
+            # time inside the logits processor per generation step (all rows): first repetition (states
+            # visited for the first time) and the least over repetitions (warm)
+            "proc_us_per_step_first": round(r["step_us"][0], 1) if "step_us" in r else None,
+            "proc_us_per_step": round(min(r["step_us"]), 1) if "step_us" in r else None}
 
 
 def _measure(model: Any, prompts: list[list[int]], eos: set[int], args: Any, kinds: list[str],
@@ -272,10 +325,12 @@ def _measure(model: Any, prompts: list[list[int]], eos: set[int], args: Any, kin
             if kind.startswith("generate:"):
                 rows = _run_generate(ctx["lm"], prompts, args.max_tokens, kind == "generate:ours")
             else:
-                proc = None if kind == "unconstrained" else _hf_proc(kind, ctx, len(prompts))
+                proc = None if kind == "unconstrained" else _Timed(_hf_proc(kind, ctx, len(prompts)))
                 rows = _run_hf(model, prompts, eos, args.max_tokens, proc)
             dt = time.perf_counter() - t0
             r = out[kind]
+            if kind not in ("unconstrained",) and not kind.startswith("generate:"):
+                r.setdefault("step_us", []).append(proc.ns / max(proc.calls, 1) / 1e3)
             r["cpu"] = min(r["cpu"], time.process_time() - c0)   # CPU seconds of this process: less hit by neighbours
             r["first"] = dt if r["first"] is None else r["first"]
             if dt < r["best"]:

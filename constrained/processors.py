@@ -212,25 +212,25 @@ class _MaskCache:
     (an LRU bounded by `max_bytes`), and the state map holds references.
     """
 
-    def __init__(self, max_bytes: int, max_states: int = 1 << 14) -> None:
+    def __init__(self, max_bytes: int, build: Any, max_states: int = 1 << 14) -> None:
         self.max_bytes, self.max_states = max_bytes, max_states
+        self._build = build                  # (packed bitmask, key) -> the ready mask (with an `nbytes`)
         self.nbytes = 0
         self._by_state: dict[tuple[Any, ...], Any] = {}
         self._by_bits: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, key: tuple[Any, ...]) -> Any:
-        """The mask of `key` = (state, logits shape, dtype), or None."""
+        """The mask of `key` = (state, *what the mask's form depends on), or None."""
         return self._by_state.get(key)
 
     def put(self, key: tuple[Any, ...], packed: np.ndarray) -> Any:
         """The mask of `key` whose allowed tokens are the bitmask `packed`, built on first sight."""
-        _state, shape, dtype = key
-        bits_key = (packed.tobytes(), shape, dtype)
+        bits_key = (packed.tobytes(), *key[1:])
         with self._lock:
             mask = self._by_bits.get(bits_key)
             if mask is None:
-                mask = self._by_bits[bits_key] = _additive_mask(packed, shape, dtype)
+                mask = self._by_bits[bits_key] = self._build(packed, key)
                 self.nbytes += mask.nbytes
                 # keep at least the new mask, however large the vocabulary; the state map
                 # is dropped with any evicted mask (it would keep it alive) and refills from hits
@@ -259,8 +259,13 @@ def _mlx_mask_cache(fsm: TokenFSM) -> _MaskCache:
     cache = _MLX_MASKS.get(fsm)
     if cache is None:
         with _VOCABS_LOCK:
-            cache = _MLX_MASKS.setdefault(fsm, _MaskCache(_MLX_MASK_BYTES))
+            cache = _MLX_MASKS.setdefault(fsm, _MaskCache(_MLX_MASK_BYTES, _mlx_mask))
     return cache
+
+
+def _mlx_mask(packed: np.ndarray, key: tuple[Any, ...]) -> mx.array:
+    """`_additive_mask` for a `_MaskCache` key (state, logits shape, dtype)."""
+    return _additive_mask(packed, key[1], key[2])
 
 
 def _unpack_bits(packed: Any, vocab_cols: int) -> np.ndarray:
@@ -355,27 +360,112 @@ def hf_logits_processor(constraints: Sequence[Any] | Any, tokenizer: Any, *, reg
     fsms = [_fsm_for(c, tokenizer, regex, compile_options) for c in items]
 
     class HFConstraintProcessor(LogitsProcessor):
-        """Masks each row to its constraint's allowed tokens (EOS only once done)."""
+        """Masks each row to its constraint's allowed tokens (EOS only once done).
+
+        A step reads each row's new ids (one `tolist` of the last column in the
+        usual one-token step), looks up the row's ready mask (`_IndexMask`: the
+        allowed or the forbidden token ids, whichever are fewer, on the scores'
+        device, built once per FSM state and shared by every processor of that
+        constraint: `_torch_mask_cache`) and writes the masked scores; rows in
+        one state are masked together. Index masks are small (most states allow
+        or forbid a few hundred ids), so the cache holds every state a
+        generation visits; additive rows of 0 / -inf (512 KB each for 128k
+        tokens) were evicted and rebuilt at every few steps of a wandering
+        model, and `masked_fill` with a boolean row costs ~650 us on one CPU
+        thread. The scores are not changed in place (transformers may keep
+        them as the raw logits).
+        """
 
         def __init__(self) -> None:
             self.cursors: list[ConstraintCursor] = []
             self.words = (fsms[0].vocab.size + 31) // 32
 
         def __call__(self, input_ids: Any, scores: Any) -> Any:
-            import torch
-
             rows, length = input_ids.shape
-            if scores.shape[-1] < fsms[0].vocab.size:
-                raise IncompatibleVocabularyError.width(fsms[0].vocab.size, scores.shape[-1])
+            cols = scores.shape[-1]
+            if cols < fsms[0].vocab.size:
+                raise IncompatibleVocabularyError.width(fsms[0].vocab.size, cols)
             if len(self.cursors) != rows:
                 self.cursors = [ConstraintCursor(f) for f in _expand(fsms, rows)]
-            packed = np.empty((rows, self.words), dtype=np.int32)
+            last: list[int] = []
+
+            def tail(start: int, r: int) -> list[int]:
+                if start == length - 1:               # one new token per row: one transfer for all rows
+                    if not last:
+                        last.extend(input_ids[:, -1].tolist())
+                    return [last[r]]
+                return input_ids[r, start:].tolist()
+
+            masks = []
             for r, cursor in enumerate(self.cursors):
-                cursor.sync(length, lambda start, r=r: input_ids[r, start:].tolist())
-                packed[r] = cursor.bitmask(self.words)
-            return apply_torch_bitmask(scores, torch.from_numpy(packed))
+                cursor.sync(length, lambda start, r=r: tail(start, r))
+                cache = _torch_mask_cache(cursor.fsm)
+                key = (cursor.mask_state(), cols, scores.device)
+                mask = cache.get(key)
+                if mask is None:
+                    mask = cache.put(key, cursor.bitmask(self.words))
+                masks.append(mask)
+            return _apply_index_masks(scores, masks)
 
     return HFConstraintProcessor()
+
+
+# Ready index masks per FSM, at most this many bytes each.
+_TORCH_MASK_BYTES = 32 << 20
+_TORCH_MASKS: "weakref.WeakKeyDictionary[Any, _MaskCache]" = weakref.WeakKeyDictionary()
+
+
+def _torch_mask_cache(fsm: TokenFSM) -> _MaskCache:
+    cache = _TORCH_MASKS.get(fsm)
+    if cache is None:
+        with _VOCABS_LOCK:
+            cache = _TORCH_MASKS.setdefault(fsm, _MaskCache(_TORCH_MASK_BYTES, _IndexMask.of))
+    return cache
+
+
+class _IndexMask:
+    """One state's mask over `cols` score columns as token ids: the allowed ones (`allow`) or the
+    forbidden ones (columns past the bitmask included), whichever are fewer, as an int64 tensor."""
+
+    __slots__ = ("allow", "ids", "nbytes")
+
+    def __init__(self, allow: bool, ids: torch.Tensor) -> None:
+        self.allow, self.ids, self.nbytes = allow, ids, max(int(ids.nbytes), 64)
+
+    @classmethod
+    def of(cls, packed: np.ndarray, key: tuple[Any, ...]) -> _IndexMask:
+        import torch
+
+        _state, cols, device = key
+        bits = _unpack_bits(packed, cols)
+        allowed = int(np.count_nonzero(bits))
+        allow = allowed <= cols - allowed
+        ids = np.flatnonzero(bits if allow else ~bits)
+        return cls(allow, torch.from_numpy(ids).to(device))
+
+    def write(self, out: torch.Tensor, scores: torch.Tensor) -> None:
+        """`out` (a row, or rows) = `scores` with this mask applied, along the last dimension."""
+        dim = out.dim() - 1
+        if self.allow:
+            out.fill_(float("-inf"))
+            out.index_copy_(dim, self.ids, scores.index_select(dim, self.ids))
+        else:
+            out.copy_(scores)
+            out.index_fill_(dim, self.ids, float("-inf"))
+
+
+def _apply_index_masks(scores: torch.Tensor, masks: list[_IndexMask]) -> torch.Tensor:
+    """New scores with row r masked by masks[r] (all rows at once when they share one mask)."""
+    import torch
+
+    out = torch.empty_like(scores)
+    first = masks[0]
+    if all(m is first for m in masks):
+        first.write(out, scores)
+        return out
+    for r, mask in enumerate(masks):
+        mask.write(out[r], scores[r])
+    return out
 
 
 def _expand(fsms: list[Any], rows: int) -> list[Any]:

@@ -46,6 +46,9 @@ _EMPTY = np.empty(0, dtype=np.int32)
 # A byte-set slice needs at least this many ASCII bytes going to one state
 # (fewer: the plain walk is cheap, and building a new slice costs 1-3 ms).
 _MIN_BYTESET_SLICE = 8
+# `TokenFSM.next_state` memoizes at most this many transitions (`_MOVE_BYTES` each, counted in `held_bytes`).
+_MAX_MOVES = 1 << 12
+_MOVE_BYTES = 160
 # Unsorted ids up to this many are scanned for a token (as fast as a binary search);
 # longer ones are sorted on their first lookup.
 _MAX_SCAN = 4096
@@ -204,6 +207,7 @@ class TokenFSM:
         self._held = 0                            # bytes of the memoized tables when computed (see `held_bytes`)
         self.report: tuple = ()                   # a schema's compile report (`grammars.errors.SchemaNote`s)
         self._steps: dict = {}                    # per-state slice character steps (see slice_view)
+        self._moves: dict[tuple[int, int], int] = {}   # (state, token) -> `next_state`, the transitions taken
         self._lock = threading.RLock()
         self._finished = StateMasks(_EMPTY, _EMPTY, None, True, self.index.eos_bitmask,
                                     allowed=self.index.eos_ids, forced=())
@@ -238,7 +242,22 @@ class TokenFSM:
         return self.masks(state).bitmask
 
     def next_state(self, state: int, token_id: int) -> int:
-        """State after `token_id`; `FINISHED` after EOS; -1 when not allowed."""
+        """State after `token_id`; `FINISHED` after EOS; -1 when not allowed.
+
+        Transitions taken are memoized (a dict hit instead of a few numpy calls:
+        in a transformers loop, whose forward pass leaves the caches cold, one
+        advance took ~45 us), at most `_MAX_MOVES` of them.
+        """
+        nxt = self._moves.get((state, token_id))
+        if nxt is not None:
+            return nxt
+        nxt = self._next_state(state, token_id)
+        if len(self._moves) >= _MAX_MOVES:
+            self._moves = {}                      # rare: a fresh start beats per-entry LRU bookkeeping
+        self._moves[(state, token_id)] = nxt
+        return nxt
+
+    def _next_state(self, state: int, token_id: int) -> int:
         m = self.masks(state)
         if not 0 <= token_id < self.index.size or not (int(m.bitmask[token_id >> 5]) >> (token_id & 31)) & 1:
             return -1
@@ -303,8 +322,8 @@ class TokenFSM:
     @property
     def held_bytes(self) -> int:
         """About `nbytes + dfa.nbytes`, in O(1): the per-state tables as first
-        computed (id lists materialized later are not counted) plus the DFA."""
-        return self._held + int(self.dfa.nbytes)
+        computed (id lists materialized later are not counted), the DFA and the memoized transitions."""
+        return self._held + int(self.dfa.nbytes) + _MOVE_BYTES * len(self._moves)
 
     # -- computation --------------------------------------------------------
 

@@ -175,12 +175,12 @@ def test_mlx_processor_reads_only_new_tokens_and_shares_equal_masks() -> None:
 def test_mlx_mask_cache_evicts_by_bytes_and_stays_correct() -> None:
     import mlx.core as mx
 
-    from constrained.processors import _MaskCache
+    from constrained.processors import _MaskCache, _mlx_mask
 
     tok = hf_tokenizer("llama-spm")
     vocab = vocabulary_for(tok)
     proc = mlx_processor(PHONE, tok, regex=True)
-    proc._masks = _MaskCache(max_bytes=1)                       # room for one mask only
+    proc._masks = _MaskCache(max_bytes=1, build=_mlx_mask)      # room for one mask only
     logits = mx.array(np.random.default_rng(3).normal(size=(1, vocab.size)).astype(np.float32))
     ids = [vocab.token_bytes.index(c.encode()) for c in "555-1234"]  # one character per token
     seq, guide = [1], proc.cursor.fsm.guide()
@@ -311,3 +311,42 @@ def test_processors_refuse_logits_narrower_than_their_vocabulary(hf_tok) -> None
     hf = hf_logits_processor(ENUM, gpt2)
     with pytest.raises(IncompatibleVocabularyError, match="50257 tokens, but the logits have 32000 columns"):
         hf(torch.zeros((1, 2), dtype=torch.long), torch.zeros((1, 32000)))
+
+
+def test_hf_processor_equals_guides_per_row_with_shared_and_evicted_masks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each row's scores are its own guide's mask, whether rows share a state (one broadcast mask), differ,
+    advance by several ids at once, fail, or find their mask evicted; padded columns past the vocabulary stay -inf."""
+    import torch
+
+    import constrained.processors as processors
+
+    tok = hf_tokenizer("llama-spm")
+    vocab = vocabulary_for(tok)
+    one = lambda text: [vocab.token_bytes.index(c.encode()) for c in text]   # noqa: E731 - a token per character
+    # rows 0 and 1 spell the same number (one shared mask), row 2 another, row 3 goes wrong at its 2nd id
+    texts = ["555-1234", "555-1234", "123-4567", "5x5-1234"]
+    seqs = [one(t) + [vocab.eos_token_ids[0]] for t in texts]
+    prompt = [1, 42, 7]
+    cols = vocab.size + 64
+    scores = torch.from_numpy(np.random.default_rng(0).normal(size=(len(texts), cols)).astype(np.float32))
+    for evict in (False, True):
+        if evict:   # room for one mask only: every step rebuilds what it needs, results the same
+            monkeypatch.setattr(processors, "_TORCH_MASKS", type(processors._TORCH_MASKS)())
+            monkeypatch.setattr(processors, "_TORCH_MASK_BYTES", 1)
+        proc = hf_logits_processor(PHONE, tok, regex=True)
+        shared = 0
+        for k in (0, 1, 2, 4, 5, 6, 7, 8, 9):          # 2 -> 4: two new ids in one call
+            input_ids = torch.tensor([prompt + s[:k] for s in seqs])
+            out = proc(input_ids, scores.clone()).numpy()
+            for r, seq in enumerate(seqs):
+                guide = proc.cursors[r].fsm.guide()
+                ok = all(guide.advance(t) for t in seq[:k])
+                allowed = np.zeros(cols, bool)
+                if ok and not guide.is_finished():
+                    allowed[guide.allowed_token_ids()] = True
+                else:
+                    allowed[vocab.eos_token_ids] = True
+                np.testing.assert_array_equal(out[r], np.where(allowed, scores[r].numpy(), -np.inf))
+            shared += np.array_equal(np.isinf(out[0]), np.isinf(out[3]))
+        assert shared < 9                               # rows 0 and 3 did differ
+        assert proc.cursors[3].failed and not proc.cursors[0].failed
