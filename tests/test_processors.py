@@ -175,12 +175,12 @@ def test_mlx_processor_reads_only_new_tokens_and_shares_equal_masks() -> None:
 def test_mlx_mask_cache_evicts_by_bytes_and_stays_correct() -> None:
     import mlx.core as mx
 
-    from constrained.processors import _MaskCache, _mlx_mask
+    from constrained.processors import _MaskCache, _MLXIndexMask
 
     tok = hf_tokenizer("llama-spm")
     vocab = vocabulary_for(tok)
     proc = mlx_processor(PHONE, tok, regex=True)
-    proc._masks = _MaskCache(max_bytes=1, build=_mlx_mask)      # room for one mask only
+    proc._masks = _MaskCache(max_bytes=1, build=_MLXIndexMask.of)   # room for one mask only
     logits = mx.array(np.random.default_rng(3).normal(size=(1, vocab.size)).astype(np.float32))
     ids = [vocab.token_bytes.index(c.encode()) for c in "555-1234"]  # one character per token
     seq, guide = [1], proc.cursor.fsm.guide()
