@@ -33,7 +33,7 @@ always get at least `max_recursion_depth` levels.
 | `items` `prefixItems` `minItems` `maxItems` | exact; draft-7 `items: [...]` + `additionalItems` too |
 | `allOf` | real merge (types intersect, bounds tighten, properties merge recursively, required union, anyOf/oneOf distribute); unmergeable pairs unsupported |
 | `anyOf` | exact (each branch merged with the sibling keywords) |
-| `oneOf` | exact when branches are provably disjoint (types, enum values, or a required discriminator property with distinct const/enum); else unsupported (`allow_approximate`: compiled as anyOf) |
+| `oneOf` | exact: branches provably disjoint (types, enum values, or a required discriminator property with distinct const/enum) as they are; a branch that may overlap others holds with their negations (`json_merge.negation`: types, enum/const, required, properties, not/allOf/anyOf of those; at most `ONE_OF_NEGATIONS` in all); else unsupported (`allow_approximate`: compiled as anyOf) |
 | `not` | exact for types, enum/const of scalars (numbers: excluded points; strings: complement of a finite set, without other string keywords), and anyOf of those; and, rewritten as `allOf`/`anyOf` (`json_merge.negation`), for `not`, `allOf`, `anyOf`, `required` and `properties` of such forms (`not: {required: [a]}` is "an object without a") |
 | `if` / `then` / `else` | exact when `if` has such a negation: (if and then) or (not if and else), e.g. a discriminator `{"properties": {"mode": {"const": ...}}, "required": ["mode"]}`; else unsupported |
 | `$ref` `$defs` `definitions` `$anchor` `$id` | local refs, JSON pointers with `~0 ~1`; recursion via `Ref` rules, depth `max_recursion_depth`; remote refs unsupported; 2020-12 siblings of `$ref` are merged, draft-7 siblings ignored |
@@ -76,7 +76,7 @@ from grammars.json_doubles import (
 )
 from grammars.json_formats import format_node
 from grammars.json_length import DEFAULT_SIZE_BUDGET, restrict_length
-from grammars.json_merge import ANNOTATIONS, TYPES, Merger, disjoint, normalize
+from grammars.json_merge import ANNOTATIONS, TYPES, Merger, disjoint, negation, normalize
 from grammars.json_numbers import (
     ANY_NUMBER, Interval, integer_multiples, literal_set, number_interval, number_value,
 )
@@ -92,6 +92,9 @@ __all__ = ["json_schema_grammar", "load_schema", "WhitespacePolicy", "Compiler"]
 
 _NUMERIC = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
 _NUMBER_ENUM_LIMIT = 1024
+# A `oneOf` whose branches may overlap holds each branch with the negations of those it may overlap:
+# at most this many negations in all (each can multiply the branches of the merged schema).
+ONE_OF_NEGATIONS = 16
 NUMBER_POLICIES = ("double", "exact")
 # Subschemas nested deeper than this are refused (deeper recursion runs on a big stack, `grammars.deep`).
 MAX_NESTING = 2000
@@ -299,14 +302,57 @@ class Compiler:
                          for i, br in enumerate(s["anyOf"])))
         branches = [self._with(rest, br, f"{path}.oneOf[{i}]", base) for i, br in enumerate(s["oneOf"])]
         flat = [self.flatten(b, f"{path}.oneOf[{i}]", base) for i, b in enumerate(branches)]
+        # branch i holds alone: it and the negation of every branch it may overlap (exact, and the
+        # resulting branches are disjoint); provably disjoint pairs need nothing
+        excluded: list[list[Any]] = [[] for _ in flat]
         for i in range(len(flat)):
             for j in range(i + 1, len(flat)):
-                if not disjoint(flat[i], flat[j]):
-                    why = f"branches {i} and {j} may both match, so 'exactly one' cannot be enforced"
+                if disjoint(flat[i], flat[j]):
+                    continue
+                why = self._overlap(s["oneOf"], (i, j), excluded, path, base)
+                if why is not None:
                     if not self.approximate:
                         raise UnsupportedSchemaError("oneOf", path, why)
                     self.notes.append(SchemaNote("oneOf", path, "approximated", f"compiled as anyOf: {why}"))
-        return union(*(self.node(b, f"{path}.oneOf[{i}]", base) for i, b in enumerate(branches)))
+                    excluded = [[] for _ in flat]
+                    break
+            else:
+                continue
+            break
+        nodes = []
+        for i, (b, negs) in enumerate(zip(branches, excluded)):
+            sub = f"{path}.oneOf[{i}]"
+            if not negs:
+                nodes.append(self.node(b, sub, base))
+                continue
+            try:
+                nodes.append(self.node(self._with({"allOf": negs}, b, sub, base), sub, base))
+            except UnsupportedSchemaError as e:   # the negations are ours: say what they were for
+                why = f"branch {i} may overlap others, and it without them is not exact: {e}"
+                if not self.approximate:
+                    raise UnsupportedSchemaError("oneOf", path, why) from None
+                self.notes.append(SchemaNote("oneOf", path, "approximated", f"compiled as anyOf: {why}"))
+                return union(*(self.node(b, f"{path}.oneOf[{k}]", base) for k, b in enumerate(branches)))
+        return union(*nodes)
+
+    def _overlap(self, raw: list, pair: tuple[int, int], excluded: list[list[Any]], path: str,
+                 base: str) -> str | None:
+        """Make branches `pair` of a `oneOf` exclude each other (`json_merge.negation` of the other
+        one, appended to `excluded`), or say why they cannot be."""
+        i, j = pair
+        negs = []
+        for a, b in ((i, j), (j, i)):
+            neg = negation(self.flatten(raw[b], f"{path}.oneOf[{b}]", base))
+            if neg is None:
+                return (f"branches {i} and {j} may both match, and branch {b}'s negation has no exact form "
+                        "(only types, enum/const, required, properties, not/allOf/anyOf of those)")
+            negs.append((a, neg))
+        for a, neg in negs:
+            excluded[a].append(neg)
+        if sum(len(e) for e in excluded) > ONE_OF_NEGATIONS:
+            return (f"branches overlap pairwise in more than {ONE_OF_NEGATIONS} ways; 'exactly one' would "
+                    "need that many negations")
+        return None
 
     def _with(self, rest: dict, branch: Any, path: str, base: str) -> Any:
         """`branch` and the sibling keywords (only merged when they constrain anything)."""

@@ -174,6 +174,18 @@ CORPUS: list[dict] = [
         {"type": "object", "properties": {"kind": {"const": "dog"}, "good": {"type": "boolean"}},
          "required": ["kind"], "additionalProperties": False}]},
         [{"kind": "cat", "lives": 9}, {"kind": "dog"}], [{"kind": "cow"}, {"kind": "cat", "good": True}, {}]),
+    # overlapping branches: each holds with the others' negations (exactly one)
+    case("oneOf_overlapping_required", {"oneOf": [{"type": "object", "required": ["a"]},
+                                                  {"type": "object", "required": ["b"]}]},
+         [{"a": 1}, {"b": None}, {"a": 1, "c": 2}], [{"a": 1, "b": 2}, {}, {"c": 1}, 5]),
+    case("oneOf_string_or_enum", {"oneOf": [{"type": "string"}, {"enum": ["a", "b", 1]}]},
+         ["c", "", 1], ["a", "b", 2, None]),
+    case("oneOf_overlapping_properties", {"type": "object", "oneOf": [
+        {"properties": {"kind": {"enum": ["x", "y"]}}, "required": ["kind"]},
+        {"properties": {"kind": {"enum": ["y", "z"]}, "size": {"type": "string"}}, "required": ["kind", "size"]},
+        {"properties": {"flag": {"type": "boolean"}}, "required": ["flag"]}]},
+         [{"kind": "x"}, {"kind": "z", "size": "1"}, {"kind": "y"}, {"flag": True}, {"kind": "y", "size": 2}],
+         [{"kind": "x", "size": "1", "flag": True}, {"kind": "y", "size": "2"}, {}, {"kind": "x", "flag": False}]),
     case("allOf_merge", {"allOf": [
         {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
         {"properties": {"a": {"minimum": 0}, "b": {"type": "string"}}, "required": ["b"]}]},
