@@ -40,7 +40,7 @@ KNOWN_KEYWORDS = frozenset(_NONNEG_INT + _NUMBER + _SCHEMA_MAP + _SCHEMA_LIST + 
 # have none of them, and skip those loops (a tenth of compiling a median schema's grammar).
 _SHAPED = frozenset(_NONNEG_INT + _NUMBER + _SCHEMA_MAP + _SCHEMA_LIST + _SCHEMA
                     + ("exclusiveMinimum", "exclusiveMaximum", "multipleOf", "items"))
-_MAYBE_UNSUPPORTED = frozenset(("contains", "dependentSchemas", "dependentRequired", "dependencies",
+_MAYBE_UNSUPPORTED = frozenset(("dependentSchemas", "dependentRequired", "dependencies",
                                 "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef",
                                 "uniqueItems", "if"))
 _TYPED = frozenset(("type", "required", "enum", "pattern", "format", "$ref", "uniqueItems"))
@@ -116,7 +116,7 @@ def _unsupported(s: dict) -> list[str]:
     out = []
     trivial = {"dependentRequired": {}, "dependentSchemas": {}, "dependencies": {},
                "unevaluatedProperties": True, "unevaluatedItems": True}
-    for key in ("contains", "dependentSchemas", "dependentRequired", "dependencies", "unevaluatedProperties",
+    for key in ("dependentSchemas", "dependentRequired", "dependencies", "unevaluatedProperties",
                 "unevaluatedItems", "$dynamicRef", "$recursiveRef"):
         if key in s and not (key in trivial and s[key] == trivial[key]) and not _exact_dependencies(key, s[key]):
             out.append(key)

@@ -5,7 +5,8 @@ under both: types intersect, bounds tighten, `required` unions, `properties`
 merge key by key (a key declared on one side only must also satisfy the
 other side's `additionalProperties`), `anyOf`/`oneOf` distribute. A pair
 of keywords that cannot be combined exactly (two different `pattern`s,
-`multipleOf` 3 and 5 on numbers, `patternProperties` against `properties`)
+`multipleOf` 3 and 5 on numbers, `patternProperties` against `properties`,
+two different `contains`)
 raises `UnsupportedSchemaError`; nothing is ever concatenated or dropped.
 
 Example:
@@ -35,14 +36,26 @@ ANNOTATIONS = frozenset({
 _MAX_KW = ("maxLength", "maxItems", "maxProperties", "maximum", "exclusiveMaximum")
 _MIN_KW = ("minLength", "minItems", "minProperties", "minimum", "exclusiveMinimum")
 _OBJECT_SHAPE = ("properties", "additionalProperties", "patternProperties")
+_ARRAY_SHAPE = ("prefixItems", "items", "contains", "minContains", "maxContains")
 
 Schema = Any
 ResolveFn = Callable[[str, str, str], tuple[Schema, str, str]]
 
 
+# Keywords a draft does not have: its validators ignore them (`json_refs.draft_of` numbers the drafts).
+NOT_IN_DRAFT = {4: ("contains", "minContains", "maxContains"), 7: ("minContains", "maxContains")}
+_COUNTS = ("minContains", "maxContains")
+
+
 def normalize(s: dict, draft: int) -> dict:
-    """Rewrite draft-07 forms into 2020-12 ones (tuple `items`, boolean exclusive bounds)."""
+    """Rewrite draft-07 forms into 2020-12 ones (tuple `items`, boolean exclusive bounds), and drop
+    keywords that have no effect: those the draft lacks, `minContains`/`maxContains` without `contains`."""
     out = dict(s)
+    for key in NOT_IN_DRAFT.get(draft, ()):
+        out.pop(key, None)
+    if "contains" not in out and (_COUNTS[0] in out or _COUNTS[1] in out):
+        out.pop(_COUNTS[0], None)
+        out.pop(_COUNTS[1], None)
     if isinstance(out.get("items"), list):
         out["prefixItems"] = out.pop("items")
         if "additionalItems" in out:
@@ -56,7 +69,7 @@ def normalize(s: dict, draft: int) -> dict:
     if "const" in out:
         const = out.pop("const")
         out["enum"] = [v for v in out["enum"] if json_key(v) == json_key(const)] if "enum" in out else [const]
-    if draft == 7 and "$ref" in out:
+    if draft <= 7 and "$ref" in out:
         return {"$ref": out["$ref"]}
     if "if" in out or "not" in out:
         _logic(out)
@@ -100,8 +113,9 @@ def negation(s: Schema) -> Schema | None:
     Negation goes through `not` (twice is none), `allOf` and `anyOf` (De Morgan), and splits a schema's
     keywords (each constrains alone): types and scalar `enum`/`const` are excluded by `not`; a
     `required` name becomes "an object without it"; a property's schema, "an object with it, and
-    its value valid under the property's negation". Other keywords (bounds, patterns, ...) have no
-    such form here.
+    its value valid under the property's negation"; `contains` (without `minContains`/`maxContains`),
+    "an array whose items are all valid under its negation". Other keywords (bounds, patterns, ...)
+    have no such form here.
 
     Example:
         >>> negation({"properties": {"mode": {"const": "a"}}, "required": ["mode"]})
@@ -143,6 +157,11 @@ def negation(s: Schema) -> Schema | None:
                     return None
                 if neg is not False:
                     parts.append({"type": "object", "required": [name], "properties": {name: neg}})
+        elif key == "contains":       # (with minContains or maxContains beside it: no form, below)
+            neg = negation(value)
+            if neg is None:
+                return None
+            parts.append({"type": "array", "items": neg})
         else:
             return None
     parts = [p for p in parts if p is not False]
@@ -240,7 +259,7 @@ class Merger:
             return False
         out: dict = {}
         for key in list(a) + [k for k in b if k not in a]:
-            if key in _OBJECT_SHAPE or key in ("prefixItems", "items"):
+            if key in _OBJECT_SHAPE or key in _ARRAY_SHAPE:
                 continue
             if key in a and key in b:
                 out[key] = self._keyword(key, a[key], b[key], path)
@@ -248,6 +267,7 @@ class Merger:
                 out[key] = a[key] if key in a else b[key]
         self._objects(a, b, out, path)
         self._arrays(a, b, out, path)
+        self._contains(a, b, out, path)
         if out.get("type") == []:
             return False
         return out
@@ -272,7 +292,7 @@ class Merger:
             return max(x, y)
         if key == "multipleOf":
             return _merge_multiple(x, y, path)
-        if key in ("propertyNames", "contains"):
+        if key == "propertyNames":
             return self.merge(x, y, f"{path}.{key}")
         if key == "not":
             return {"anyOf": [x, y]}
@@ -314,6 +334,24 @@ class Merger:
                 for i in range(n)]
         if "items" in a or "items" in b:
             out["items"] = self.merge(ia, ib, f"{path}.items")
+
+    def _contains(self, a: dict, b: dict, out: dict, path: str) -> None:
+        """`contains` with its counts: a side's as they are, or both sides' counts of one schema
+        (the intervals intersect). Two different schemas would count items under each at once."""
+        if "contains" not in a or "contains" not in b:
+            side = a if "contains" in a else b
+            out.update({k: side[k] for k in ("contains", *_COUNTS) if k in side})
+            return
+        x, y = a["contains"], b["contains"]
+        if x is not y and not (_jsonable(x) and _jsonable(y) and json_key(x) == json_key(y)):
+            raise UnsupportedSchemaError("contains", path, f"allOf of two different `contains` ({x!r} and {y!r}): "
+                                         "items counted under each schema at once are not supported")
+        out["contains"] = x
+        if _COUNTS[0] in a or _COUNTS[0] in b:
+            out["minContains"] = max(a.get("minContains", 1), b.get("minContains", 1))
+        highs = [s["maxContains"] for s in (a, b) if "maxContains" in s]
+        if highs:
+            out["maxContains"] = min(highs)
 
 
 def _jsonable(v: Any) -> bool:

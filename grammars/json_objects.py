@@ -1,4 +1,4 @@
-"""Objects and arrays of a JSON schema as grammar nodes.
+"""Objects of a JSON schema as grammar nodes (arrays: `grammars.json_arrays`).
 
 Objects are laid out in the order of `properties` (then names that are only
 `required`), optional ones skippable, additional members after the declared
@@ -30,17 +30,17 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from grammars.ast import EMPTY, NOTHING, Alt, Node, Seq, alt, optional, seq
+from grammars.ast import EMPTY, NOTHING, Node, alt, optional, seq
 from grammars.errors import UnsupportedSchemaError
 from grammars.json_checks import dependent_names
 from grammars.json_strings import key_literal, quoted, string_not_in
 from grammars.json_length import expanded_size
-from grammars.json_values import counted, union
+from grammars.json_values import counted, union, unit
 
 if TYPE_CHECKING:
     from grammars.json_schema import Compiler
 
-__all__ = ["object_node", "array_node", "dependencies", "dependency_names", "ANY_ORDER_LIMIT", "DEPENDENCY_LIMIT"]
+__all__ = ["object_node", "dependencies", "dependency_names", "ANY_ORDER_LIMIT", "DEPENDENCY_LIMIT"]
 
 ANY_ORDER_LIMIT = 6
 _DEPENDENCY_KEYS = frozenset(("dependentRequired", "dependentSchemas", "dependencies"))
@@ -75,7 +75,7 @@ def object_node(c: "Compiler", s: dict, path: str, base: str) -> Node:
                 return NOTHING
             continue
         index_of[name] = len(members)
-        members.append((seq(quoted(key_literal(name)), c.ws.colon, _unit(value)), req))
+        members.append((seq(quoted(key_literal(name)), c.ws.colon, unit(value)), req))
     declared = set(names)
     extra_member = _extra_member(c, declared, patterns, extra, names_schema, path, base)
     lo, hi = s.get("minProperties", 0), s.get("maxProperties")
@@ -224,17 +224,6 @@ def _pattern_member(c: "Compiler", declared: set, patterns: dict, extra: Any, na
     return seq(quoted(key), c.ws.colon, value)
 
 
-def _unit(value: Node) -> Node:
-    """`value` as one item of the sequences it goes into (`seq` flattens a `Seq`).
-
-    A value used in several places (each optional member is in "first member"
-    and in "a later member"; array items in the first and the later places)
-    is then one node, which the NFA builds once and calls as a subroutine
-    from its other uses, rather than its items copied one by one.
-    """
-    return Alt((value,)) if type(value) is Seq else value
-
-
 class _Layout:
     """Comma placement and member counting for one object body."""
 
@@ -346,28 +335,3 @@ class _Layout:
             return self.memo[key]
 
         return tail(0, 0, frozenset())
-
-
-def array_node(c: "Compiler", s: dict, path: str, base: str) -> Node:
-    """`prefixItems` / `items` / `minItems` / `maxItems` (draft-07 forms normalized before)."""
-    prefix = s.get("prefixItems", [])
-    items = s.get("items", True)
-    lo, hi = s.get("minItems", 0), s.get("maxItems")
-    elems = [c.node(p, f"{path}.prefixItems[{i}]", base) for i, p in enumerate(prefix)]
-    rest = _unit(c.node(items, f"{path}.items", base)) if items is not False else NOTHING
-    ws, k = c.ws, len(prefix)
-
-    def tail(i: int) -> Node:
-        if i == k:
-            r_lo, r_hi = max(0, lo - k), None if hi is None else hi - k
-            if r_hi is not None and r_hi < 0:
-                return NOTHING
-            if rest == NOTHING or r_hi == 0:
-                return EMPTY if r_lo == 0 else NOTHING
-            return ws.listing(rest, r_lo, r_hi) if i == 0 else counted(seq(ws.sep, rest), r_lo, r_hi)
-        stop = EMPTY if i >= lo else NOTHING
-        take = seq(ws.sep if i else EMPTY, elems[i], tail(i + 1)) if hi is None or i < hi else NOTHING
-        return union(stop, take)
-
-    return ws.arr(tail(0))
-

@@ -49,9 +49,12 @@ def load_schema(schema: Any) -> dict | bool:
 
 
 def draft_of(root: Schema) -> int:
-    """7 for draft-07 and older (`$ref` siblings ignored), 2020 otherwise."""
+    """4 for draft-03/04 (no `contains`), 7 for draft-06/07 (no `minContains`/`maxContains`): in
+    both `$ref` siblings are ignored; 2020 otherwise (2019-09 and 2020-12)."""
     uri = root.get("$schema", "") if isinstance(root, dict) else ""
-    if isinstance(uri, str) and any(f"draft-0{d}" in uri for d in (3, 4, 6, 7)):
+    if isinstance(uri, str) and any(f"draft-0{d}" in uri for d in (3, 4)):
+        return 4
+    if isinstance(uri, str) and any(f"draft-0{d}" in uri for d in (6, 7)):
         return 7
     return 2020
 

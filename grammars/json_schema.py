@@ -31,15 +31,16 @@ always get at least `max_recursion_depth` levels.
 | `propertyNames` | exact for declared names; extra keys: when no declared name is admitted, or as an `enum` |
 | `minProperties` `maxProperties` | exact (counted over declared + additional members); unsupported when the counted layout exceeds the size budget (400k NFA states) |
 | `items` `prefixItems` `minItems` `maxItems` | exact; draft-7 `items: [...]` + `additionalItems` too |
+| `contains` `minContains` `maxContains` | exact on arrays (`json_arrays`), other types unaffected: at least `minContains` (default 1; 0: no lower bound) items valid under `contains`, any schema that compiles; `maxContains` exact when `contains` has a negation (`json_merge.negation`: types, enum/const, required, properties, not/allOf/anyOf of those), else unsupported; with `prefixItems`, `minItems` or `maxItems` a (position, count) product, unsupported past the size budget; `allOf` of two different `contains` unsupported; draft-06/07: `min/maxContains` ignored, draft-04: `contains` ignored (as those drafts' validators do; reported) |
 | `allOf` | real merge (types intersect, bounds tighten, properties merge recursively, required union, anyOf/oneOf distribute); unmergeable pairs unsupported |
 | `anyOf` | exact (each branch merged with the sibling keywords) |
 | `oneOf` | exact: branches provably disjoint (types, enum values, or a required discriminator property with distinct const/enum) as they are; a branch that may overlap others holds with their negations (`json_merge.negation`: types, enum/const, required, properties, not/allOf/anyOf of those; at most `ONE_OF_NEGATIONS` in all); else unsupported (`allow_approximate`: compiled as anyOf) |
-| `not` | exact for types, enum/const of scalars (numbers: excluded points; strings: complement of a finite set, without other string keywords), and anyOf of those; and, rewritten as `allOf`/`anyOf` (`json_merge.negation`), for `not`, `allOf`, `anyOf`, `required` and `properties` of such forms (`not: {required: [a]}` is "an object without a") |
+| `not` | exact for types, enum/const of scalars (numbers: excluded points; strings: complement of a finite set, without other string keywords), and anyOf of those; and, rewritten as `allOf`/`anyOf` (`json_merge.negation`), for `not`, `allOf`, `anyOf`, `required`, `properties` and `contains` (without min/maxContains) of such forms (`not: {required: [a]}` is "an object without a") |
 | `if` / `then` / `else` | exact when `if` has such a negation: (if and then) or (not if and else), e.g. a discriminator `{"properties": {"mode": {"const": ...}}, "required": ["mode"]}`; else unsupported |
 | `$ref` `$defs` `definitions` `$anchor` `$id` | local refs, JSON pointers with `~0 ~1`; recursion via `Ref` rules, depth `max_recursion_depth`; remote refs unsupported; 2020-12 siblings of `$ref` are merged, draft-7 siblings ignored |
 | `true` / `{}` / `false` | any JSON value (nesting <= `max_any_depth`) / nothing |
 | `dependentRequired`, draft-7 `dependencies` | exact when the dependencies require names (arrays) or only require or forbid names (`{"required": [...]}`, `"properties": {"x": false}` or `{"not": {}}`), also as `dependentSchemas`, among at most 12 properties per object (`json_objects.DEPENDENCY_LIMIT`); names they mention that are not declared are members after the declared ones, with the `additionalProperties` schema; other dependent schemas unsupported |
-| `uniqueItems: true`, `contains`, other `if`s, `unevaluated*`, `$dynamicRef` | unsupported (dropped with a warning under `allow_approximate`) |
+| `uniqueItems: true`, other `if`s, `unevaluated*`, `$dynamicRef` | unsupported (dropped with a warning under `allow_approximate`) |
 | annotations (`title`, `description`, `default`, `examples`, `$comment`, `readOnly`, `deprecated`, `content*`, `discriminator`) | ignored; unknown keywords are ignored with a warning |
 | `whitespace` | "default": after `{ [ ,` and before `} ]` <= 1 space, or 1 newline + <= 32 spaces/tabs; <= 1 space around `:` and before `,`; one such gap before/after the document. "compact": none. Or a `WhitespacePolicy` |
 | `any_order` | properties in any order, <= 6 per object (grammar ~ e*n! members) |
@@ -76,11 +77,12 @@ from grammars.json_doubles import (
 )
 from grammars.json_formats import format_node
 from grammars.json_length import DEFAULT_SIZE_BUDGET, restrict_length
-from grammars.json_merge import ANNOTATIONS, TYPES, Merger, disjoint, negation, normalize
+from grammars.json_merge import ANNOTATIONS, NOT_IN_DRAFT, TYPES, Merger, disjoint, negation, normalize
 from grammars.json_numbers import (
     ANY_NUMBER, Interval, integer_multiples, literal_set, number_interval, number_value,
 )
-from grammars.json_objects import array_node, object_node
+from grammars.json_arrays import array_node
+from grammars.json_objects import object_node
 from grammars.json_refs import Resolver, draft_of, load_schema
 from grammars.json_strings import ANY_CHAR, any_string_body, json_char, key_literal, quoted, string_not_in
 from grammars.json_values import (
@@ -233,6 +235,8 @@ class Compiler:
             raise InvalidSchemaError("a schema must be an object or a boolean", path, s)
         s = check_schema(s, path, self.approximate, notes=self.notes)
         base = self.resolver.base_of(s, base)
+        if self.draft in NOT_IN_DRAFT and not s.keys().isdisjoint(NOT_IN_DRAFT[self.draft]):
+            self._not_in_draft(s, path)
         s = normalize(s, self.draft)
         merged = False                         # `normalize` keeps checked keywords well-formed; merging may not
         if "$ref" in s:
@@ -252,6 +256,12 @@ class Compiler:
         if "anyOf" in s or "oneOf" in s:
             return self._branches(s, path, base)
         return self._typed(s, path, base)
+
+    def _not_in_draft(self, s: dict, path: str) -> None:
+        """Report the keywords of a later draft that `normalize` drops, as this draft's validators ignore them."""
+        for key in NOT_IN_DRAFT[self.draft]:
+            if key in s:
+                self.notes.append(SchemaNote(key, path, "unknown"))
 
     def any(self) -> Node:
         if ANY_RULE not in self.rules:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Iterable
 
-from grammars.ast import EMPTY, NOTHING, Alt, ByteSet, Node, Ref, alt, byteset, literal, optional, repeat, seq, star
+from grammars.ast import EMPTY, NOTHING, Alt, ByteSet, Node, Ref, Seq, alt, byteset, literal, optional, repeat, seq, star
 from grammars.errors import InvalidSchemaError
 from grammars.fragments import share
 from grammars.json_doubles import ANY_DOUBLE, double_value, exact_value
@@ -26,7 +26,7 @@ from grammars.json_strings import ANY_CHAR, key_literal, quoted
 
 __all__ = [
     "WhitespacePolicy", "Whitespace", "value_node", "json_key", "json_type", "to_decimal",
-    "any_value_rule", "ANY_RULE", "ANY_STRING", "PERMUTATION_LIMIT", "union", "counted",
+    "any_value_rule", "ANY_RULE", "ANY_STRING", "PERMUTATION_LIMIT", "union", "counted", "unit",
 ]
 
 ANY_RULE = "any_json_value"
@@ -39,6 +39,17 @@ PERMUTATION_LIMIT = 4
 def counted(item: Node, lo: int, hi: int | None) -> Node:
     """`repeat` that is NOTHING for contradictory bounds (e.g. minItems > maxItems)."""
     return NOTHING if hi is not None and lo > hi else repeat(item, lo, hi)
+
+
+def unit(value: Node) -> Node:
+    """`value` as one item of the sequences it goes into (`seq` flattens a `Seq`).
+
+    A value used in several places (each optional member is in "first member"
+    and in "a later member"; array items in the first and the later places)
+    is then one node, which the NFA builds once and calls as a subroutine
+    from its other uses, rather than its items copied one by one.
+    """
+    return Alt((value,)) if type(value) is Seq else value
 
 
 def union(*items: Node) -> Node:

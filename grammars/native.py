@@ -42,7 +42,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 # its Python time. Compiled code never lets another thread take the GIL on its own (only the
 # interpreter's loop does), so each of these calls `checkpoint` wherever work can grow with
 # the input; the rest of the package (regex parser, Python DFA, minimizer) stays Python.
-MODULES = ("ast", "fragments", "lazy", "nfa", "json_schema", "json_objects", "json_strings", "json_values",
+MODULES = ("ast", "fragments", "lazy", "nfa", "json_schema", "json_objects", "json_arrays", "json_strings", "json_values",
            "json_checks", "json_merge")
 
 

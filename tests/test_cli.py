@@ -157,7 +157,7 @@ def test_generate_vllm_without_vllm_names_the_install(capsys: pytest.CaptureFixt
         ("{not json", "in.jsonl:1: not valid JSON"),
         ('{"prompt": "x", "n": "3"}', "in.jsonl:1: `n` must be a positive integer, got '3'"),
         ('{"prompt": "x", "regex": "[", "schema": {}}', "either \"schema\" or \"regex\""),
-        ('{"prompt": "x", "schema": {"type": "array", "contains": {"type": "integer"}}}', "in.jsonl:1: `contains`"),
+        ('{"prompt": "x", "schema": {"type": "array", "uniqueItems": true}}', "in.jsonl:1: `uniqueItems`"),
         ('{"prompt": "x", "temprature": 1}', "unknown key(s) ['temprature']"),
         ('["x"]', "each line must be an object with a string \"prompt\""),
         ('{"prompt": "a\\ud800b"}', "in.jsonl:1: \"prompt\" is not valid text: lone surrogate U+D800 at character 1"),
@@ -262,7 +262,7 @@ def test_bad_lines_do_not_stop_the_good_ones(capsys: pytest.CaptureFixture[str],
     """Unsupported, unsatisfiable and malformed lines get error rows; every good line is generated, in order."""
     src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     lines = [json.dumps({"prompt": "a", "regex": "[ab]{2}"}),
-             json.dumps({"prompt": "b", "schema": {"type": "array", "contains": {"type": "integer"}}}),
+             json.dumps({"prompt": "b", "schema": {"type": "array", "uniqueItems": True}}),
              "{not json",
              json.dumps({"prompt": "c", "schema": {"type": "integer", "minimum": 3, "maximum": 1}}),
              json.dumps({"prompt": "d", "regex": "(yes|no)"})]
@@ -273,7 +273,7 @@ def test_bad_lines_do_not_stop_the_good_ones(capsys: pytest.CaptureFixture[str],
     assert code == 1 and [r["line"] for r in rows] == [1, 2, 3, 4, 5]
     assert [r["prompt"] for r in rows] == ["a", "b", None, "c", "d"]
     assert re.fullmatch("[ab]{2}", rows[0]["samples"][0]["text"]) and rows[4]["samples"][0]["value"] in ("yes", "no")
-    assert "`contains`" in rows[1]["error"] and "not valid JSON" in rows[2]["error"]
+    assert "`uniqueItems`" in rows[1]["error"] and "not valid JSON" in rows[2]["error"]
     assert all(not rows[i]["samples"] for i in (1, 2, 3)) and err.count("constrained: error:") == 3
     assert "this JSON schema matches nothing" in rows[3]["error"]          # found before the model loads
 

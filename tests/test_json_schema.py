@@ -206,6 +206,36 @@ def test_generated_recursive_trees(tree, style):
     assert dfa_for("recursive_tree").matches(json.dumps(tree, **style).encode())
 
 
+# -- the token FSM ---------------------------------------------------------------------
+
+CONTAINS = [n for n in NAMES if "contains" in n]
+
+
+@pytest.mark.parametrize("name", CONTAINS)
+def test_contains_token_walks(name, vocabulary, tokenizer):
+    """Through the compiled token FSM (gpt-2 vocabulary, real tokenizations): every valid instance
+    walks to a finish, every invalid one is refused along the way or cannot finish."""
+    from constrained.compile import compile_json_schema
+
+    entry, vocab, tok = BY_NAME[name], vocabulary("gpt-2"), tokenizer("gpt-2")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")           # the report's notes (draft-07 ignores maxContains)
+        fsm = compile_json_schema(entry["schema"], vocab, **entry["options"])
+    eos = vocab.eos_token_ids[0]
+
+    def finishes(text: bytes) -> bool:
+        g = fsm.guide()
+        return all(g.advance(t) for t in tok.encode(text.decode(), add_special_tokens=False).ids) and g.advance(eos)
+
+    order = key_order(entry["schema"])
+    for value in entry["valid"]:
+        for text in texts(value, order):
+            assert finishes(text), f"{name}: valid {text!r} refused"
+    for value in entry["invalid"]:
+        for text in texts(value, order):
+            assert not finishes(text), f"{name}: invalid {text!r} accepted"
+
+
 # -- options ---------------------------------------------------------------------------
 
 
@@ -333,7 +363,8 @@ def test_number_syntax():
 UNSUPPORTED = [
     ({"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}, "uniqueItems",
      "$.properties.tags"),
-    ({"type": "array", "contains": {"type": "integer"}}, "contains", "$"),
+    ({"type": "array", "contains": {"type": "string", "minLength": 2}, "maxContains": 1}, "contains", "$"),
+    ({"allOf": [{"contains": {"const": 1}}, {"contains": {"const": 2}}]}, "contains", "$.allOf[1]"),
     ({"if": {"minLength": 3}, "then": {"maxLength": 5}}, "if", "$"),   # a bound has no negation here
     ({"properties": {"a": {"dependentSchemas": {"x": {"properties": {"y": {"type": "integer"}}}}}}}, "dependentSchemas",
      "$.properties.a"),                                  # only names required or forbidden are exact
@@ -355,6 +386,51 @@ def test_unsupported_names_keyword_and_path(schema, keyword, path):
         json_schema_grammar(schema)
     assert err.value.keyword == keyword and err.value.path == path
     assert f"{path}.{keyword}" in str(err.value)
+
+
+def test_max_contains_needs_a_negation_of_contains():
+    """`maxContains` counts exactly only when the items not valid under `contains` compile: a bound has no negation."""
+    schema = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"},
+                                                        "contains": {"type": "string", "minLength": 2},
+                                                        "maxContains": 1}}}
+    with pytest.raises(UnsupportedSchemaError) as err:
+        json_schema_grammar(schema)
+    assert err.value.keyword == "contains" and err.value.path == "$.properties.tags"
+    message = str(err.value)
+    assert message.startswith("`contains` is not supported at $.properties.tags.contains: maxContains 1 needs the "
+                              "items not valid under `contains` ({'type': 'string', 'minLength': 2})"), message
+    assert "no negation" in message
+    # without maxContains the same `contains` is exact: no negation is needed
+    dfa = _dfa({"type": "array", "contains": {"type": "string", "minLength": 2}})
+    assert dfa.matches(b'["a", "bc"]') and not dfa.matches(b'["a", "b"]') and not dfa.matches(b'[123]')
+    g = json_schema_grammar(schema, allow_approximate=True)          # approximating: maxContains dropped, reported
+    assert [(n.keyword, n.path, n.kind) for n in g.info["report"]] == [("maxContains", "$.properties.tags",
+                                                                         "approximated")]
+    dfa = LazyDFA(g, max_depth=g.info["max_depth"])
+    assert dfa.matches(b'{"tags": ["ab", "cd"]}') and not dfa.matches(b'{"tags": ["a"]}')
+
+
+def test_contains_with_item_counts_is_refused_past_the_size_budget():
+    small = _dfa({"type": "array", "contains": {"const": 1}, "maxContains": 3, "maxItems": 40})
+    assert small.matches(json.dumps([0] * 37 + [1] * 3).encode()) and not small.matches(json.dumps([1] * 4).encode())
+    assert not small.matches(json.dumps([0] * 41).encode())
+    with pytest.raises(UnsupportedSchemaError, match=r"counting 1 to 50 items valid under `contains` among at most "
+                                                     r"1000 items takes \d+ layout states"):
+        json_schema_grammar({"type": "array", "contains": {"const": 1}, "maxContains": 50, "maxItems": 1000})
+    big = _dfa({"type": "array", "contains": {"const": 1}, "minContains": 10**6, "maxContains": 2 * 10**6})
+    assert not big.matches(b"[1, 1]")                # counter loops: no unrolling without maxItems/minItems
+
+
+def test_contains_keywords_of_later_drafts_are_reported_as_ignored():
+    d7 = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "array", "contains": {"const": 1},
+          "maxContains": 1}
+    g = json_schema_grammar(d7)
+    assert [(n.keyword, n.kind) for n in g.info["report"]] == [("maxContains", "unknown")]
+    assert LazyDFA(g, max_depth=g.info["max_depth"]).matches(b"[1, 1]")          # as a draft-07 validator has it
+    d4 = {**d7, "$schema": "http://json-schema.org/draft-04/schema#"}
+    g = json_schema_grammar(d4)
+    assert [n.keyword for n in g.info["report"]] == ["contains", "maxContains"]
+    assert LazyDFA(g, max_depth=g.info["max_depth"]).matches(b"[2]")             # draft-04 has no `contains`
 
 
 def test_allow_approximate_reports_what_it_drops():

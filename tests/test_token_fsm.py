@@ -43,7 +43,8 @@ REGEXES = [
     (r'[^"\\\x00-\x1f]{0,300}', ["Ünïcode text, 日本語, emoji 😀 and plain ASCII words " * 3]),
 ]
 SCHEMAS = ["object_required", "string_length", "format_email", "enum_mixed", "tool_call",
-           "pydantic_like", "not_enum", "number_plain", "format_datetime", "array_of_objects"]
+           "pydantic_like", "not_enum", "number_plain", "format_datetime", "array_of_objects", "contains_prefix",
+           "contains_and_item_counts"]
 
 
 # ---------------------------------------------------------------------------
