@@ -207,7 +207,7 @@ class TokenFSM:
         self._held = 0                            # bytes of the memoized tables when computed (see `held_bytes`)
         self.report: tuple = ()                   # a schema's compile report (`grammars.errors.SchemaNote`s)
         self._steps: dict = {}                    # per-state slice character steps (see slice_view)
-        self._moves: dict[tuple[int, int], int] = {}   # (state, token) -> `next_state`, the transitions taken
+        self._moves: dict[int, int] = {}          # state << 32 | token -> `next_state`, the transitions taken
         self._lock = threading.RLock()
         self._finished = StateMasks(_EMPTY, _EMPTY, None, True, self.index.eos_bitmask,
                                     allowed=self.index.eos_ids, forced=())
@@ -246,15 +246,20 @@ class TokenFSM:
 
         Transitions taken are memoized (a dict hit instead of a few numpy calls:
         in a transformers loop, whose forward pass leaves the caches cold, one
-        advance took ~45 us), at most `_MAX_MOVES` of them.
+        advance took ~45 us), at most `_MAX_MOVES` of them, keyed by one int:
+        a dict of ints only is not tracked by the cyclic GC, whose full passes
+        over many cached FSMs would otherwise visit every entry.
         """
-        nxt = self._moves.get((state, token_id))
+        if not 0 <= token_id < 1 << 32:
+            return self._next_state(state, token_id)
+        key = state << 32 | token_id
+        nxt = self._moves.get(key)
         if nxt is not None:
             return nxt
         nxt = self._next_state(state, token_id)
         if len(self._moves) >= _MAX_MOVES:
             self._moves = {}                      # rare: a fresh start beats per-entry LRU bookkeeping
-        self._moves[(state, token_id)] = nxt
+        self._moves[key] = int(nxt)
         return nxt
 
     def _next_state(self, state: int, token_id: int) -> int:
