@@ -107,6 +107,15 @@ def _plain_not(n: Schema) -> bool:
     return keys <= {"type", "enum", "const"}
 
 
+# A numeric bound fails on the numbers past it: (the type it applies to, the opposite bound, same value).
+_BOUND_NEGATIONS = {"minimum": ("number", "exclusiveMaximum"), "maximum": ("number", "exclusiveMinimum"),
+                    "exclusiveMinimum": ("number", "maximum"), "exclusiveMaximum": ("number", "minimum")}
+# A count bound fails on the instances past it: (their type, the opposite bound, its value minus this one).
+_COUNT_NEGATIONS = {"minLength": ("string", "maxLength", -1), "maxLength": ("string", "minLength", 1),
+                    "minItems": ("array", "maxItems", -1), "maxItems": ("array", "minItems", 1),
+                    "minProperties": ("object", "maxProperties", -1), "maxProperties": ("object", "minProperties", 1)}
+
+
 def negation(s: Schema) -> Schema | None:
     """A schema valid exactly where `s` is not, made of forms compiled exactly; None if there is none here.
 
@@ -114,8 +123,9 @@ def negation(s: Schema) -> Schema | None:
     keywords (each constrains alone): types and scalar `enum`/`const` are excluded by `not`; a
     `required` name becomes "an object without it"; a property's schema, "an object with it, and
     its value valid under the property's negation"; `contains` (without `minContains`/`maxContains`),
-    "an array whose items are all valid under its negation". Other keywords (bounds, patterns, ...)
-    have no such form here.
+    "an array whose items are all valid under its negation"; a bound, a value of its type beyond
+    it (`minimum: 3` fails on numbers below 3, `maxLength: 5` on strings of 6 or more). Other
+    keywords (patterns, `multipleOf`, ...) have no such form here.
 
     Example:
         >>> negation({"properties": {"mode": {"const": "a"}}, "required": ["mode"]})
@@ -151,12 +161,19 @@ def negation(s: Schema) -> Schema | None:
         elif key == "required" and isinstance(value, list):
             parts.extend({"type": "object", "properties": {r: False}} for r in value)
         elif key == "properties" and isinstance(value, dict):
-            for name, sub in value.items():
-                neg = negation(sub)
+            for name, prop in value.items():
+                neg = negation(prop)
                 if neg is None:
                     return None
                 if neg is not False:
                     parts.append({"type": "object", "required": [name], "properties": {name: neg}})
+        elif key in _BOUND_NEGATIONS and type(value) in (int, float):
+            applies, opposite = _BOUND_NEGATIONS[key]     # minimum m fails on numbers below m, ...
+            parts.append({"type": applies, opposite: value})
+        elif key in _COUNT_NEGATIONS and type(value) is int and value >= 0:
+            applies, opposite, step = _COUNT_NEGATIONS[key]   # minLength n fails on strings shorter, ...
+            if value + step >= 0:
+                parts.append({"type": applies, opposite: value + step})
         elif key == "contains":       # (with minContains or maxContains beside it: no form, below)
             neg = negation(value)
             if neg is None:

@@ -231,6 +231,13 @@ CORPUS: list[dict] = [
         {"properties": {"flag": {"type": "boolean"}}, "required": ["flag"]}]},
          [{"kind": "x"}, {"kind": "z", "size": "1"}, {"kind": "y"}, {"flag": True}, {"kind": "y", "size": 2}],
          [{"kind": "x", "size": "1", "flag": True}, {"kind": "y", "size": "2"}, {}, {"kind": "x", "flag": False}]),
+    # bounds negated: a value of their type past them
+    case("oneOf_integer_ranges", {"oneOf": [{"type": "integer", "minimum": 0}, {"type": "integer", "maximum": 10}]},
+         [-5, 11, 100], [0, 5, 10, 1.5, "x"]),
+    case("not_min_length", {"not": {"type": "string", "minLength": 3}}, ["ab", "", 1, None], ["abc", "héllo"]),
+    case("if_max_length", {"if": {"type": "string", "maxLength": 2}, "then": {"enum": ["a", "b"]},
+                           "else": {"type": "string"}}, ["a", "abc"], ["c", 1, None]),
+    case("not_min_properties", {"not": {"minProperties": 1}}, [{}], [{"a": 1}, 3, "x"]),
     case("allOf_merge", {"allOf": [
         {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
         {"properties": {"a": {"minimum": 0}, "b": {"type": "string"}}, "required": ["b"]}]},

@@ -181,9 +181,30 @@ def test_generated_instances_accepted(name):
         if _outside_float_range(value):
             return  # documented: floats keep to [1e-323, 1e308) unless bounds lie beyond (grammars.json_doubles)
         text = json.dumps(canonical(value, order), **style).encode("utf-8")
+        if not dfa.matches(text) and _has_integral_float(value):
+            # documented: `integer` is written -?(0|[1-9]\d*) (jsonschema also counts 100.0 as one)
+            text = json.dumps(canonical(_integral_floats_as_ints(value), order), **style).encode("utf-8")
         assert dfa.matches(text), f"{name}: generated valid {text!r} rejected"
 
     check()
+
+
+def _has_integral_float(value) -> bool:
+    if isinstance(value, float):
+        return value.is_integer()
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    return any(_has_integral_float(v) for v in items)
+
+
+def _integral_floats_as_ints(value):
+    """`value` with every integer-valued float an int (the same instance to a validator)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _integral_floats_as_ints(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_integral_floats_as_ints(v) for v in value]
+    return value
 
 
 def _outside_float_range(value) -> bool:
@@ -363,9 +384,9 @@ def test_number_syntax():
 UNSUPPORTED = [
     ({"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}, "uniqueItems",
      "$.properties.tags"),
-    ({"type": "array", "contains": {"type": "string", "minLength": 2}, "maxContains": 1}, "contains", "$"),
+    ({"type": "array", "contains": {"type": "string", "pattern": "^a"}, "maxContains": 1}, "contains", "$"),
     ({"allOf": [{"contains": {"const": 1}}, {"contains": {"const": 2}}]}, "contains", "$.allOf[1]"),
-    ({"if": {"minLength": 3}, "then": {"maxLength": 5}}, "if", "$"),   # a bound has no negation here
+    ({"if": {"pattern": "^a"}, "then": {"maxLength": 5}}, "if", "$"),   # a pattern has no negation here
     ({"properties": {"a": {"dependentSchemas": {"x": {"properties": {"y": {"type": "integer"}}}}}}}, "dependentSchemas",
      "$.properties.a"),                                  # only names required or forbidden are exact
     ({"type": "object", "dependentRequired": {f"p{i}": [f"q{i}"] for i in range(7)}}, "dependentRequired", "$"),
@@ -375,7 +396,7 @@ UNSUPPORTED = [
     ({"oneOf": [{"type": "number"}, {"type": "integer"}]}, "oneOf", "$"),   # numbers that are not integers
     ({"allOf": [{"pattern": "a"}, {"pattern": "b"}]}, "pattern", "$.allOf[1]"),
     ({"type": "number", "multipleOf": 0.3}, "multipleOf", "$"),
-    ({"not": {"type": "string", "minLength": 3}}, "not", "$"),
+    ({"not": {"type": "string", "pattern": "^a"}}, "not", "$"),
     ({"type": "object", "patternProperties": {"^a": {"type": "integer"}}}, "patternProperties", "$"),
 ]
 
@@ -389,25 +410,28 @@ def test_unsupported_names_keyword_and_path(schema, keyword, path):
 
 
 def test_max_contains_needs_a_negation_of_contains():
-    """`maxContains` counts exactly only when the items not valid under `contains` compile: a bound has no negation."""
+    """`maxContains` counts exactly only when the items not valid under `contains` compile: a pattern has no negation."""
     schema = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"},
-                                                        "contains": {"type": "string", "minLength": 2},
+                                                        "contains": {"type": "string", "pattern": "^a"},
                                                         "maxContains": 1}}}
     with pytest.raises(UnsupportedSchemaError) as err:
         json_schema_grammar(schema)
     assert err.value.keyword == "contains" and err.value.path == "$.properties.tags"
     message = str(err.value)
     assert message.startswith("`contains` is not supported at $.properties.tags.contains: maxContains 1 needs the "
-                              "items not valid under `contains` ({'type': 'string', 'minLength': 2})"), message
+                              "items not valid under `contains` ({'type': 'string', 'pattern': '^a'})"), message
     assert "no negation" in message
     # without maxContains the same `contains` is exact: no negation is needed
-    dfa = _dfa({"type": "array", "contains": {"type": "string", "minLength": 2}})
-    assert dfa.matches(b'["a", "bc"]') and not dfa.matches(b'["a", "b"]') and not dfa.matches(b'[123]')
+    dfa = _dfa({"type": "array", "contains": {"type": "string", "pattern": "^a"}})
+    assert dfa.matches(b'["b", "ab"]') and not dfa.matches(b'["b", "c"]') and not dfa.matches(b'[123]')
+    # a bound has a negation (a longer string): maxContains with it is exact
+    bounded = _dfa({"type": "array", "contains": {"type": "string", "minLength": 2}, "maxContains": 1})
+    assert bounded.matches(b'["a", "bc"]') and not bounded.matches(b'["ab", "cd"]') and not bounded.matches(b'["a"]')
     g = json_schema_grammar(schema, allow_approximate=True)          # approximating: maxContains dropped, reported
     assert [(n.keyword, n.path, n.kind) for n in g.info["report"]] == [("maxContains", "$.properties.tags",
                                                                          "approximated")]
     dfa = LazyDFA(g, max_depth=g.info["max_depth"])
-    assert dfa.matches(b'{"tags": ["ab", "cd"]}') and not dfa.matches(b'{"tags": ["a"]}')
+    assert dfa.matches(b'{"tags": ["ab", "ac"]}') and not dfa.matches(b'{"tags": ["b"]}')
 
 
 def test_contains_with_item_counts_is_refused_past_the_size_budget():
