@@ -198,3 +198,20 @@ def test_masks_without_peers_prints_no_head_to_head(tmp_path, capsys):
                  "--jsonl", str(tmp_path / "out.jsonl")]) == 0
     out = capsys.readouterr().out
     assert "| ours 0.1.0 |" in out and "Head to head" not in out
+
+
+def test_decode_suite_runs_our_loop_on_every_variant() -> None:
+    """`bench.bench_decode`'s own-loop variants run to their token count (its regex needs more characters
+    than a run's tokens: refused up front by budget-aware completion, which the benchmark turns off)."""
+    pytest.importorskip("mlx.core")
+    from bench.bench_decode import bench_constrained
+    from tests.tiny_lms import async_lm
+
+    lm = async_lm("llama-spm", "mlx")
+    try:
+        results = bench_constrained(lm, batch=2, tokens=6, reps=1)
+    finally:
+        lm.close()
+    assert sorted(results) == ["none", "regex", "schema"]
+    for name, r in results.items():
+        assert [len(row) for row in r["rows"]] == [6, 6], name
