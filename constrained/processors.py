@@ -207,7 +207,8 @@ class MLXLogitsProcessor:
 
 
 class _MaskCache:
-    """Ready additive masks of one FSM, found by state, stored once per distinct mask.
+    """Ready masks of one FSM (in a framework's form: `_MLXIndexMask`, `_IndexMask`), found by
+    state, stored once per distinct mask.
 
     Many states share one mask: each character of a ``minLength: 500``
     string is its own DFA state, with the same allowed tokens. So states map
