@@ -207,11 +207,7 @@ def test_decode_suite_runs_our_loop_on_every_variant() -> None:
     from bench.bench_decode import bench_constrained
     from tests.tiny_lms import async_lm
 
-    lm = async_lm("llama-spm", "mlx")
-    try:
-        results = bench_constrained(lm, batch=2, tokens=6, reps=1)
-    finally:
-        lm.close()
+    results = bench_constrained(async_lm("llama-spm", "mlx"), batch=2, tokens=6, reps=1)   # shared: not closed
     assert sorted(results) == ["none", "regex", "schema"]
     for name, r in results.items():
         assert [len(row) for row in r["rows"]] == [6, 6], name
