@@ -16,13 +16,13 @@ Example:
 from __future__ import annotations
 
 import threading
-import weakref
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from constrained.errors import IncompatibleVocabularyError
+from constrained.index_masks import MLXIndexMask, TorchIndexMask, apply_torch_masks, mask_cache, unpack_bits
 
 if TYPE_CHECKING:  # pragma: no cover
     import mlx.core as mx
@@ -163,7 +163,7 @@ class MLXLogitsProcessor:
     `tokens` is the 1-D array of prompt + generated ids and `logits` has shape
     `(1, V)`. A warm step is one dict lookup and one `put_along_axis`: the
     state's mask is its allowed or its forbidden token ids, whichever are
-    fewer (`_MLXIndexMask`), a ready `mx.array` built once per FSM state and
+    fewer (`index_masks.MLXIndexMask`), a ready `mx.array` built once per FSM state and
     shared by all processors of that constraint. Plain `mx` ops, so every
     device runs them; on CPU as fast as adding a ready 0 / -inf row (~100 us
     for 128k float32 logits on a loaded machine, both), and a few hundred
@@ -184,7 +184,7 @@ class MLXLogitsProcessor:
         self.cursor = ConstraintCursor(fsm)
         self.vocab_size = fsm.vocab.size
         self.words = (fsm.vocab.size + 31) // 32
-        self._masks = _mlx_mask_cache(fsm)
+        self._masks = mask_cache(fsm, MLXIndexMask)
 
     @property
     def guide(self) -> Guide:
@@ -206,115 +206,6 @@ class MLXLogitsProcessor:
         return mask.apply(logits)
 
 
-class _MaskCache:
-    """Ready masks of one FSM (in a framework's form: `_MLXIndexMask`, `_IndexMask`), found by
-    state, stored once per distinct mask.
-
-    Many states share one mask: each character of a ``minLength: 500``
-    string is its own DFA state, with the same allowed tokens. So states map
-    to masks through the mask's packed bits; only distinct masks cost memory
-    (an LRU bounded by `max_bytes`), and the state map holds references.
-    """
-
-    def __init__(self, max_bytes: int, build: Any, max_states: int = 1 << 14) -> None:
-        self.max_bytes, self.max_states = max_bytes, max_states
-        self._build = build                  # (packed bitmask, key) -> the ready mask (with an `nbytes`)
-        self.nbytes = 0
-        self._by_state: dict[tuple[Any, ...], Any] = {}
-        self._by_bits: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[Any, ...]) -> Any:
-        """The mask of `key` = (state, *what the mask's form depends on), or None."""
-        return self._by_state.get(key)
-
-    def put(self, key: tuple[Any, ...], packed: np.ndarray) -> Any:
-        """The mask of `key` whose allowed tokens are the bitmask `packed`, built on first sight."""
-        bits_key = (packed.tobytes(), *key[1:])
-        with self._lock:
-            mask = self._by_bits.get(bits_key)
-            if mask is None:
-                mask = self._by_bits[bits_key] = self._build(packed, key)
-                self.nbytes += mask.nbytes
-                # keep at least the new mask, however large the vocabulary; the state map
-                # is dropped with any evicted mask (it would keep it alive) and refills from hits
-                while self.nbytes > self.max_bytes and len(self._by_bits) > 1:
-                    self.nbytes -= self._by_bits.popitem(last=False)[1].nbytes
-                    self._by_state.clear()
-            else:
-                self._by_bits.move_to_end(bits_key)
-            if len(self._by_state) >= self.max_states:
-                self._by_state.clear()            # rare: a fresh start beats per-entry LRU bookkeeping
-            self._by_state[key] = mask
-        return mask
-
-    @property
-    def num_masks(self) -> int:
-        """Distinct masks held."""
-        return len(self._by_bits)
-
-
-# Ready index masks per FSM, at most this many bytes each.
-_MLX_MASK_BYTES = 32 << 20
-_MLX_MASKS: "weakref.WeakKeyDictionary[Any, _MaskCache]" = weakref.WeakKeyDictionary()
-
-
-def _mlx_mask_cache(fsm: TokenFSM) -> _MaskCache:
-    cache = _MLX_MASKS.get(fsm)
-    if cache is None:
-        with _VOCABS_LOCK:
-            cache = _MLX_MASKS.setdefault(fsm, _MaskCache(_MLX_MASK_BYTES, _MLXIndexMask.of))
-    return cache
-
-
-class _MLXIndexMask:
-    """One state's mask over logits of `shape` as token ids: the allowed ones (`allow`) or the forbidden
-    ones (columns past the bitmask included), whichever are fewer, an int32 `mx.array` shaped to index
-    the logits' last axis."""
-
-    __slots__ = ("allow", "ids", "nbytes")
-
-    def __init__(self, allow: bool, ids: mx.array) -> None:
-        self.allow, self.ids, self.nbytes = allow, ids, max(int(ids.nbytes), 64)
-
-    @classmethod
-    def of(cls, packed: np.ndarray, key: tuple[Any, ...]) -> _MLXIndexMask:
-        import mlx.core as mx
-
-        shape = key[1]
-        bits = _unpack_bits(packed, shape[-1])
-        allowed = int(np.count_nonzero(bits))
-        allow = allowed <= shape[-1] - allowed
-        ids = np.flatnonzero(bits if allow else ~bits).astype(np.int32)
-        ids = mx.broadcast_to(mx.array(ids), (*shape[:-1], len(ids)))
-        mx.eval(ids)
-        return cls(allow, ids)
-
-    def apply(self, logits: mx.array) -> mx.array:
-        """New logits: -inf outside the allowed ids (not changing `logits`)."""
-        import mlx.core as mx
-
-        if self.allow:
-            kept = mx.take_along_axis(logits, self.ids, axis=-1)
-            return mx.put_along_axis(mx.full(logits.shape, -mx.inf, logits.dtype), self.ids, kept, axis=-1)
-        if not self.ids.size:
-            return logits
-        return mx.put_along_axis(logits, self.ids, mx.array(-mx.inf, logits.dtype), axis=-1)
-
-
-def _unpack_bits(packed: Any, vocab_cols: int) -> np.ndarray:
-    """Boolean numpy row of `vocab_cols` entries from a packed int32 bitmask (columns past it: False).
-
-    numpy unpacks in one pass over ~V/8 bytes, ~10x faster than the
-    equivalent shifts in `mx` on CPU.
-    """
-    words = np.asarray(packed, dtype=np.int32).reshape(-1)
-    bits = np.unpackbits(words.view(np.uint8), bitorder="little")[:vocab_cols].astype(bool)
-    if len(bits) < vocab_cols:
-        bits = np.concatenate([bits, np.zeros(vocab_cols - len(bits), dtype=bool)])
-    return bits
-
-
 def apply_mlx_bitmask(logits: mx.array, packed: mx.array) -> mx.array:
     """Set logits to -inf where the packed int32 bitmask has a 0 bit.
 
@@ -327,7 +218,7 @@ def apply_mlx_bitmask(logits: mx.array, packed: mx.array) -> mx.array:
     """
     import mlx.core as mx
 
-    allowed = mx.array(_unpack_bits(packed, logits.shape[-1]))
+    allowed = mx.array(unpack_bits(packed, logits.shape[-1]))
     return mx.where(allowed, logits, mx.array(-mx.inf, dtype=logits.dtype))
 
 
@@ -384,10 +275,10 @@ def hf_logits_processor(constraints: Sequence[Any] | Any, tokenizer: Any, *, reg
         """Masks each row to its constraint's allowed tokens (EOS only once done).
 
         A step reads each row's new ids (one `tolist` of the last column in the
-        usual one-token step), looks up the row's ready mask (`_IndexMask`: the
+        usual one-token step), looks up the row's ready mask (`TorchIndexMask`: the
         allowed or the forbidden token ids, whichever are fewer, on the scores'
         device, built once per FSM state and shared by every processor of that
-        constraint: `_torch_mask_cache`) and writes the masked scores; rows in
+        constraint: `index_masks.mask_cache`) and writes the masked scores; rows in
         one state are masked together. Index masks are small (most states allow
         or forbid a few hundred ids), so the cache holds every state a
         generation visits; additive rows of 0 / -inf (512 KB each for 128k
@@ -420,73 +311,15 @@ def hf_logits_processor(constraints: Sequence[Any] | Any, tokenizer: Any, *, reg
             masks = []
             for r, cursor in enumerate(self.cursors):
                 cursor.sync(length, lambda start, r=r: tail(start, r))
-                cache = _torch_mask_cache(cursor.fsm)
+                cache = mask_cache(cursor.fsm, TorchIndexMask)
                 key = (cursor.mask_state(), cols, scores.device)
                 mask = cache.get(key)
                 if mask is None:
                     mask = cache.put(key, cursor.bitmask(self.words))
                 masks.append(mask)
-            return _apply_index_masks(scores, masks)
+            return apply_torch_masks(scores, masks)
 
     return HFConstraintProcessor()
-
-
-# Ready index masks per FSM, at most this many bytes each.
-_TORCH_MASK_BYTES = 32 << 20
-_TORCH_MASKS: "weakref.WeakKeyDictionary[Any, _MaskCache]" = weakref.WeakKeyDictionary()
-
-
-def _torch_mask_cache(fsm: TokenFSM) -> _MaskCache:
-    cache = _TORCH_MASKS.get(fsm)
-    if cache is None:
-        with _VOCABS_LOCK:
-            cache = _TORCH_MASKS.setdefault(fsm, _MaskCache(_TORCH_MASK_BYTES, _IndexMask.of))
-    return cache
-
-
-class _IndexMask:
-    """One state's mask over `cols` score columns as token ids: the allowed ones (`allow`) or the
-    forbidden ones (columns past the bitmask included), whichever are fewer, as an int64 tensor."""
-
-    __slots__ = ("allow", "ids", "nbytes")
-
-    def __init__(self, allow: bool, ids: torch.Tensor) -> None:
-        self.allow, self.ids, self.nbytes = allow, ids, max(int(ids.nbytes), 64)
-
-    @classmethod
-    def of(cls, packed: np.ndarray, key: tuple[Any, ...]) -> _IndexMask:
-        import torch
-
-        _state, cols, device = key
-        bits = _unpack_bits(packed, cols)
-        allowed = int(np.count_nonzero(bits))
-        allow = allowed <= cols - allowed
-        ids = np.flatnonzero(bits if allow else ~bits)
-        return cls(allow, torch.from_numpy(ids).to(device))
-
-    def write(self, out: torch.Tensor, scores: torch.Tensor) -> None:
-        """`out` (a row, or rows) = `scores` with this mask applied, along the last dimension."""
-        dim = out.dim() - 1
-        if self.allow:
-            out.fill_(float("-inf"))
-            out.index_copy_(dim, self.ids, scores.index_select(dim, self.ids))
-        else:
-            out.copy_(scores)
-            out.index_fill_(dim, self.ids, float("-inf"))
-
-
-def _apply_index_masks(scores: torch.Tensor, masks: list[_IndexMask]) -> torch.Tensor:
-    """New scores with row r masked by masks[r] (all rows at once when they share one mask)."""
-    import torch
-
-    out = torch.empty_like(scores)
-    first = masks[0]
-    if all(m is first for m in masks):
-        first.write(out, scores)
-        return out
-    for r, mask in enumerate(masks):
-        mask.write(out[r], scores[r])
-    return out
 
 
 def _expand(fsms: list[Any], rows: int) -> list[Any]:

@@ -147,7 +147,7 @@ def test_mlx_processor_equals_bitmask_and_keeps_dtype(dtype: str) -> None:
 def test_mlx_processor_reads_only_new_tokens_and_shares_equal_masks() -> None:
     import mlx.core as mx
 
-    from constrained.processors import _mlx_mask_cache
+    from constrained.index_masks import MLXIndexMask, mask_cache
 
     tok = hf_tokenizer("llama-bpe")
     vocab = vocabulary_for(tok)
@@ -168,19 +168,19 @@ def test_mlx_processor_reads_only_new_tokens_and_shares_equal_masks() -> None:
         guide.advance(t)
         states.add(guide.state)
     # 41 counting states, but far from the end they allow the same tokens: one mask for all of those
-    assert len(states) == len(ids) + 1 and _mlx_mask_cache(proc.cursor.fsm).num_masks < len(states)
+    assert len(states) == len(ids) + 1 and mask_cache(proc.cursor.fsm, MLXIndexMask).num_masks < len(states)
     assert proc.guide.is_finished() or proc.guide.num_tokens == len(ids)
 
 
 def test_mlx_mask_cache_evicts_by_bytes_and_stays_correct() -> None:
     import mlx.core as mx
 
-    from constrained.processors import _MaskCache, _MLXIndexMask
+    from constrained.index_masks import MaskCache, MLXIndexMask
 
     tok = hf_tokenizer("llama-spm")
     vocab = vocabulary_for(tok)
     proc = mlx_processor(PHONE, tok, regex=True)
-    proc._masks = _MaskCache(max_bytes=1, build=_MLXIndexMask.of)   # room for one mask only
+    proc._masks = MaskCache(max_bytes=1, build=MLXIndexMask.of)   # room for one mask only
     logits = mx.array(np.random.default_rng(3).normal(size=(1, vocab.size)).astype(np.float32))
     ids = [vocab.token_bytes.index(c.encode()) for c in "555-1234"]  # one character per token
     seq, guide = [1], proc.cursor.fsm.guide()
@@ -318,7 +318,7 @@ def test_hf_processor_equals_guides_per_row_with_shared_and_evicted_masks(monkey
     advance by several ids at once, fail, or find their mask evicted; padded columns past the vocabulary stay -inf."""
     import torch
 
-    import constrained.processors as processors
+    import constrained.index_masks as index_masks
 
     tok = hf_tokenizer("llama-spm")
     vocab = vocabulary_for(tok)
@@ -331,8 +331,8 @@ def test_hf_processor_equals_guides_per_row_with_shared_and_evicted_masks(monkey
     scores = torch.from_numpy(np.random.default_rng(0).normal(size=(len(texts), cols)).astype(np.float32))
     for evict in (False, True):
         if evict:   # room for one mask only: every step rebuilds what it needs, results the same
-            monkeypatch.setattr(processors, "_TORCH_MASKS", type(processors._TORCH_MASKS)())
-            monkeypatch.setattr(processors, "_TORCH_MASK_BYTES", 1)
+            monkeypatch.setattr(index_masks, "_CACHES", {})
+            monkeypatch.setattr(index_masks, "MASK_BYTES", 1)
         proc = hf_logits_processor(PHONE, tok, regex=True)
         shared = 0
         for k in (0, 1, 2, 4, 5, 6, 7, 8, 9):          # 2 -> 4: two new ids in one call
