@@ -92,26 +92,36 @@ class LazyRules:
         marks = self._marks()
         with gc_paused():
             try:
-                start = self._new()
-                self._entries.add(start)
-                label = self._labels.get(id(node))
-                self._home = label[1] if label is not None else None
-                self._in_body = True
-                end = self._build(node, start)
-                self._build_pending()
-                self._in_body = False
+                prelude = self._lazy_prelude if rule == 1 else None
+                if prelude is not None:             # the any-value rule: its states, appended
+                    start, end = self._append_prelude()
+                else:
+                    start = self._new()
+                    self._entries.add(start)
+                    label = self._labels.get(id(node))
+                    self._home = label[1] if label is not None else None
+                    self._in_body = True
+                    end = self._build(node, start)
+                    self._build_pending()
+                    self._in_body = False
             except BaseException:
                 self._in_body = False
                 self._rollback(marks)
                 self._lazy[rule] = node
+                if prelude is not None:
+                    self._lazy_prelude = prelude
                 raise
             self.rule_start[rule], self.rule_end[rule] = start, end
-            self._splice(rule, start, end)
+            if prelude is None:                     # (the prelude calls itself: never one call site)
+                self._splice(rule, start, end)
+            # placeholders of bodies built and not spliced are orphans, reaching no rule's end:
+            # `need` counts them 0 or INF depending on whether it takes its shortcut (no rule calls)
+            orphans = list(self._placeholder.values())
             before = np.asarray(self.need, dtype=np.int64).copy()
-            before[self._placeholder[rule]] = -1       # an orphan now, reaching no rule's end
+            before[orphans] = -1
             self._finish(self.max_depth)
             after = np.asarray(self.need[:len(before)], dtype=np.int64).copy()
-            after[self._placeholder[rule]] = -1
+            after[orphans] = -1
             if not np.array_equal(after, before):
                 raise RuntimeError(f"lazy rule {rule} changed the need of states built before it")
 

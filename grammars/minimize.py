@@ -10,8 +10,8 @@ Example:
     >>> from grammars.ast import byte_range, literal, seq, alt, repeat
     >>> d = byte_range(48, 57)
     >>> tri = alt(*(seq(repeat(d, i, i), literal(b"."), repeat(d, 1, 4 - i)) for i in range(1, 4)))
-    >>> minimal_template(tri, 100)[0]       # 10 DFA states and an exit; the tree of states is 23
-    11
+    >>> minimal_template(tri, 100)[0]       # 10 DFA states (the first is the entry) and an exit; the tree of states is 23
+    10
 """
 
 from __future__ import annotations
@@ -56,11 +56,15 @@ def minimal_template(node: Node, max_states: int) -> tuple | None:
         class_mask[c] |= 1 << b
     start = block[dfa.initial]
     entered = any(block[t] == start for row in rows for t in row if t >= 0)
-    # states: block i -> i; the entry is block `start` itself (as -1), or a copy of it if edges enter it
-    def state(i: int) -> int:
-        return -1 if i == start and not entered else i
+    # states: one per block, in order; the entry is block `start` itself (as -1, no state of its
+    # own), or a copy of it if edges enter it. (A state numbered for it anyway would reach no
+    # exit: `NFA._compute_need`'s shortcut, which says every state does, would be wrong there.)
+    number = {b: k for k, b in enumerate(b for b in range(count) if entered or b != start)}
 
-    exit_ = count
+    def state(i: int) -> int:
+        return -1 if i == start and not entered else number[i]
+
+    exit_ = len(number)
     eps_src, byte_src, byte_dst, masks, idx = [], [], [], [], []
     mask_ids: dict[int, int] = {}
     sources = [(i, next(q for q in range(n) if block[q] == i)) for i in range(count)]
@@ -79,4 +83,4 @@ def minimal_template(node: Node, max_states: int) -> tuple | None:
             byte_dst.append(state(target))
             idx.append(mask_ids.setdefault(mask, len(mask_ids)))
     masks = list(mask_ids)
-    return (count + 1, exit_, eps_src, [exit_] * len(eps_src), byte_src, byte_dst, masks, idx, dfa.is_empty, NO_CALLS)
+    return (exit_ + 1, exit_, eps_src, [exit_] * len(eps_src), byte_src, byte_dst, masks, idx, dfa.is_empty, NO_CALLS)

@@ -135,6 +135,12 @@ class _Prelude:
     whose grammar names it in ``info["prelude"]`` starts from copies of these
     columns and tables instead of building the rule again: list copies, not a
     Python step per edge (about 190 of the 260 us an open object's NFA took).
+    A lazy NFA (the compiled DFA's) does not even copy it at compile: rule 1 is
+    a lazy rule whose body is these columns, renumbered and appended when the
+    DFA first reaches a call to it (`_defer_prelude`): an open object's extra
+    member, whose value may be any JSON value, is the usual caller, and the
+    first mask (before `{`) never is. That took the median dev schema's compile
+    plus first mask from 1.44-1.64 to 1.24-1.46 ms in a server-like loop.
 
     `cols` is empty when the rule calls a rule other than itself, which a
     prelude cannot hold (those rules' numbers differ between grammars).
@@ -215,12 +221,18 @@ class NFA(LazyRules, FragmentBuilder):
     def _init(self, grammar: Grammar, max_depth: int, lazy: bool) -> None:
         prelude = self._prelude(grammar)
         names = [grammar.start] + [n for n in grammar.rules if n != grammar.start]
-        if prelude is not None:      # its rule and subroutines keep their numbers: 1, 2, ...
-            names = [grammar.start, *prelude.names[1:]] + [n for n in names[1:] if n != prelude.names[1]]
+        # its rule is 1; eager, its subroutines keep their numbers 2, 3, ...; lazy, they are
+        # numbered when it is built (see `_defer_prelude`)
+        kept = (prelude.names[1:2] if lazy else prelude.names[1:]) if prelude is not None else []
+        if prelude is not None:
+            names = [grammar.start, *kept] + [n for n in names[1:] if n != prelude.names[1]]
         self._setup(names, grammar.info, lazy)
         if prelude is not None:
-            self._resume(prelude)
-        built = len(prelude.names) if prelude is not None else 1
+            if lazy:
+                self._defer_prelude(prelude)
+            else:
+                self._resume(prelude)
+        built = 1 + len(kept)
         for i, name in enumerate(names):
             if i == 0 or i >= built:
                 self.rule_start[i] = start = self._new()
@@ -280,6 +292,7 @@ class NFA(LazyRules, FragmentBuilder):
         self._free_memo: dict[int, bool] = {}        # see `fragments._ends_free`
         self._built_labels: list[int] = []           # ids of the labeled nodes built (`_forget_built`)
         self._built_tries: list[int] = []            # ids of the key complements built
+        self._lazy_prelude: _Prelude | None = None   # the prelude whose rule (1) waits to be built, if any
 
     # -- preludes -------------------------------------------------------------
 
@@ -311,6 +324,45 @@ class NFA(LazyRules, FragmentBuilder):
         k = len(p.names)
         self.rule_start[1:k] = p.starts[1:]
         self.rule_end[1:k] = p.ends[1:]
+
+    def _defer_prelude(self, p: _Prelude) -> None:
+        """Make prelude `p`'s rule (1) a lazy rule: its states are appended by `_append_prelude`
+        when the DFA first reaches a call to it. An open object's extra members call it, and
+        most documents never have one: copied in at compile, its ~300 states were a third of
+        the median schema's NFA build and made the DFA's per-NFA-state arrays that much larger."""
+        self._lazy[1] = p.node
+        self._lazy_prelude = p
+
+    def _append_prelude(self) -> tuple[int, int]:
+        """The deferred prelude's states and edges, appended (renumbered past what is built)
+        with its subroutines as new rules; returns rule 1's (start, end)."""
+        p = self._lazy_prelude
+        self._lazy_prelude = None
+        d = self._count
+        self._count += p.count
+        first = len(self.rule_start)
+        rules = [-1, 1, *range(first, first + len(p.names) - 2)]     # the prelude's rule numbers -> ours
+        for r in range(2, len(p.names)):
+            self.rule_names.append(f"sub:{rules[r]}")
+            self.rule_start.append(p.starts[r] + d)
+            self.rule_end.append(p.ends[r] + d)
+        eps_src, eps_dst, byte_src, byte_mask, byte_dst, call_src, call_rule, call_dst, call_op, call_to, \
+            call_lo, call_hi = p.cols
+        self._eps_src.extend([a + d for a in eps_src])
+        self._eps_dst.extend([b + d for b in eps_dst])
+        self._byte_src.extend([a + d for a in byte_src])
+        self._byte_dst.extend([b + d for b in byte_dst])
+        ids = [self._mask_index(m) for m in sorted(p.mask_id, key=p.mask_id.__getitem__)]
+        self._byte_mask.extend([ids[i] for i in byte_mask])
+        self._call_src.extend([a + d for a in call_src])
+        self._call_rule.extend([rules[r] if r >= 0 else r for r in call_rule])
+        self._call_dst.extend([b + d for b in call_dst])
+        self._call_op.extend(call_op)
+        self._call_to.extend([t + d if t >= 0 else t for t in call_to])
+        self._call_lo.extend(call_lo)
+        self._call_hi.extend(call_hi)
+        self._dead = self._dead or p.dead
+        return p.starts[1] + d, p.ends[1] + d
 
     def _builder_columns(self) -> tuple[list[int], ...]:
         return (self._eps_src, self._eps_dst, self._byte_src, self._byte_mask, self._byte_dst, self._call_src,

@@ -160,7 +160,7 @@ def test_a_failed_build_leaves_the_nfa_as_it_was(vocabulary, monkeypatch) -> Non
         raise MemoryError("injected")
 
     monkeypatch.setattr(NFA, "_build_pending", failing)
-    rule = next(iter(nfa._lazy))
+    rule = next(r for r in nfa._lazy if r != 1)     # (rule 1, the deferred any-value prelude, is appended)
     with pytest.raises(MemoryError):
         nfa.build_lazy(rule)
     assert (nfa.num_states, nfa.unbuilt, len(nfa.rule_start)) == state[:3]
@@ -171,3 +171,60 @@ def test_a_failed_build_leaves_the_nfa_as_it_was(vocabulary, monkeypatch) -> Non
     for t in ids:
         assert guide.advance(t)
     assert fsm.is_accepting(guide.state)
+
+
+OPEN = {"type": "object", "properties": {"id": {"type": "integer"}, "name": {"type": "string"}}}
+
+
+def test_the_any_value_prelude_is_built_when_an_extra_member_reaches_it(vocabulary, monkeypatch) -> None:
+    # an open object's extra members take any JSON value: that rule (the prelude, rule 1)
+    # is not in the NFA at compile nor for the first mask, only once a walk reaches an
+    # undeclared key's value (a mask inside a key does: tokens such as `x":` end in one)
+    vocab = vocabulary("llama-bpe")
+    clear_cache()
+    fsm = compile_json_schema(OPEN, vocab)
+    nfa = fsm.dfa.nfa
+    assert 1 in nfa._lazy and nfa.rule_names[1] == "any_json_value"
+    at_compile = nfa.num_states
+    monkeypatch.setattr(NFA, "preludes", False)          # the eager NFA, for comparison
+    eager = NFA(json_schema_grammar(OPEN), lazy=False)
+    assert at_compile < eager.num_states // 2
+    monkeypatch.undo()
+
+    guide = fsm.guide()
+    assert len(guide.allowed_token_ids()) > 1             # the first mask: before `{`, nothing reaches it
+    assert 1 in nfa._lazy
+
+    doc = {"id": 1, "name": "x", "extra": [{"a": None, "b": [1.5, "s", True]}, {}]}
+    guide = fsm.guide()
+    for t in _ids(vocab, json.dumps(doc)):
+        assert guide.advance(t)
+    assert guide.is_accepting()
+    assert 1 not in nfa._lazy and nfa.rule_start[1] >= 0  # built, and the walk went on through it
+    for bad in ('{"id": 1, "extra": [1,]}', '{"id": 1, "extra": {"a" 1}}'):
+        guide = fsm.guide()
+        ok = all(guide.advance(t) for t in _ids(vocab, bad))
+        assert not (ok and guide.is_accepting()), bad
+
+
+def test_a_failed_prelude_build_leaves_the_nfa_as_it_was(vocabulary, monkeypatch) -> None:
+    vocab = vocabulary("llama-bpe")
+    clear_cache()
+    nfa = compile_json_schema(OPEN, vocab).dfa.nfa
+    before = (nfa.num_states, nfa.unbuilt, len(nfa.rule_start), list(nfa.rule_names))
+
+    real = NFA._append_prelude
+
+    def failing(self):
+        real(self)                            # its states and rules are appended, then it fails
+        raise MemoryError("injected")
+
+    monkeypatch.setattr(NFA, "_append_prelude", failing)
+    with pytest.raises(MemoryError):
+        nfa.build_lazy(1)
+    monkeypatch.undo()
+    # rolled back: the rule waits for its body again
+    assert (nfa.num_states, nfa.unbuilt, len(nfa.rule_start), list(nfa.rule_names)) == before
+    assert 1 in nfa._lazy and nfa._lazy_prelude is not None
+    nfa.build_lazy(1)
+    assert nfa.num_states > before[0] and nfa.rule_start[1] >= 0 and len(nfa.rule_start) > before[2]
