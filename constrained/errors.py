@@ -50,7 +50,7 @@ class IncompatibleVocabularyError(ConstraintError):
 
         Example:
             >>> str(IncompatibleVocabularyError.width(50257, 32000))[:60]
-            'the constraint was compiled for a vocabulary of 50257 token'
+            'the constraint was compiled for a vocabulary of 50257 tokens'
         """
         err = cls([])
         ConstraintError.__init__(err, f"the constraint was compiled for a vocabulary of {vocab_size} tokens, but the "

@@ -50,7 +50,7 @@ class VocabDownloadError(RuntimeError):
 
     Example:
         >>> str(VocabDownloadError("pip exited with 1", "ERROR: No matching distribution"))[:40]
-        'could not download llama-cpp-python==0.'
+        'could not download llama-cpp-python==0.3'
     """
 
     def __init__(self, reason: str, pip_output: str = "") -> None:
