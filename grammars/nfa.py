@@ -332,6 +332,10 @@ class NFA(LazyRules, FragmentBuilder):
         the median schema's NFA build and made the DFA's per-NFA-state arrays that much larger."""
         self._lazy[1] = p.node
         self._lazy_prelude = p
+        # its masks first, with the ids they have in it: the byte classes are split by them from
+        # the start (no reclassifying of the DFA's rows when it is built) and its mask column is
+        # appended as it is
+        self._mask_id.update(p.mask_id)           # (none registered before it: the same ids)
 
     def _append_prelude(self) -> tuple[int, int]:
         """The deferred prelude's states and edges, appended (renumbered past what is built)
@@ -352,8 +356,7 @@ class NFA(LazyRules, FragmentBuilder):
         self._eps_dst.extend([b + d for b in eps_dst])
         self._byte_src.extend([a + d for a in byte_src])
         self._byte_dst.extend([b + d for b in byte_dst])
-        ids = [self._mask_index(m) for m in sorted(p.mask_id, key=p.mask_id.__getitem__)]
-        self._byte_mask.extend([ids[i] for i in byte_mask])
+        self._byte_mask.extend(byte_mask)           # (its masks have their ids: `_defer_prelude`)
         self._call_src.extend([a + d for a in call_src])
         self._call_rule.extend([rules[r] if r >= 0 else r for r in call_rule])
         self._call_dst.extend([b + d for b in call_dst])
