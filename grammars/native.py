@@ -43,7 +43,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 # interpreter's loop does), so each of these calls `checkpoint` wherever work can grow with
 # the input; the rest of the package (regex parser, Python DFA, minimizer) stays Python.
 MODULES = ("ast", "fragments", "lazy", "nfa", "json_schema", "json_objects", "json_arrays", "json_strings", "json_values",
-           "json_checks", "json_merge")
+           "json_checks", "json_merge", "json_refs", "json_numbers", "json_length", "json_formats", "json_doubles")
 
 
 def sources(package_dir: Path = PACKAGE_DIR) -> dict[str, Path]:
