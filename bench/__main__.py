@@ -93,6 +93,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="MLX: tiny model vocabularies (llama-spm, llama-bpe, qwen2)")
     d.add_argument("--shapes", nargs="+", default=["tiny"], choices=["tiny", "small"],
                    help="MLX: model shapes (small: 512 wide, 8 layers, random init)")
+    d.add_argument("--device", default="cpu",
+                   help="HF: the torch device of `generate` and the processors (e.g. cuda; our own loop, "
+                        "generate:*, runs on the CPU only and is skipped elsewhere)")
     d.add_argument("--no-peers", dest="peers", action="store_false",
                    help="skip llguidance/xgrammar/outlines-core (run by default when installed)")
     d.add_argument("--jsonl")

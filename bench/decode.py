@@ -95,7 +95,8 @@ def _hf_proc(kind: str, ctx: dict, rows: int) -> Any:
                         m.consume_token(t)
                 for r, m in enumerate(matchers):
                     lt.fill_next_token_bitmask(m, bitmask, r)
-                lt.apply_token_bitmask_inplace(scores, bitmask)
+                # (filled on the CPU, applied where the scores are, as vLLM does)
+                lt.apply_token_bitmask_inplace(scores, bitmask.to(scores.device, non_blocking=True))
                 return scores
 
         return LLGuidanceProcessor()
@@ -135,8 +136,8 @@ def _run_hf(model: Any, prompts: list[list[int]], eos: set[int], max_tokens: int
 
     width = max(len(p) for p in prompts)
     pad = min(eos)
-    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
-    attn = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=model.device)
+    attn = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=model.device)
     with torch.no_grad():
         out = model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=max_tokens, do_sample=False,
                              logits_processor=LogitsProcessorList([proc]) if proc else None,
@@ -169,12 +170,14 @@ def _setup(model_dir: str, peers: bool, say: Callable[[str], None]) -> dict:
     return ctx
 
 
-def _load_hf(model_dir: str) -> Any:
+def _load_hf(model_dir: str, device: str = "cpu") -> Any:
+    """The model in float32 on the CPU (this machine's BLAS), bfloat16 on an accelerator."""
     import torch
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
-    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval()
 
 
 def _run_generate(lm: Any, prompts: list[list[int]], max_tokens: int, constrained: bool) -> list[list[int]]:
@@ -269,13 +272,16 @@ def _run_hf_part(args: Any, emit: Callable[[dict], None], say: Callable[[str], N
         from backends.tiny import QWEN2_0_5B_CONFIG, QWEN2_0_5B_VOCAB_ROWS, tiny_model_dir
 
         model_dir = str(tiny_model_dir("qwen2", "qwen2", config=QWEN2_0_5B_CONFIG, pad_vocab_to=QWEN2_0_5B_VOCAB_ROWS))
+    device = getattr(args, "device", "cpu")
     try:
-        model = _load_hf(model_dir)
+        model = _load_hf(model_dir, device)
     except ImportError as e:
         say(f"[decode] hf: not available ({e}), skipped")
         return
     ctx = _setup(model_dir, args.peers, say)
-    ctx["lm"] = _load_lm("hf", model_dir) if _has_generate() else None
+    ctx["lm"] = _load_lm("hf", model_dir) if _has_generate() and device == "cpu" else None
+    if device != "cpu":
+        say(f"[decode] hf on {device}: our own loop (generate:*) runs on the CPU only, skipped")
     vocab = ctx["vocab"]
     prompt_ids = [ctx["tok"].encode(p, add_special_tokens=False) for p in PROMPTS]
     kinds = ["unconstrained", "ours"] + list(ctx["peers"])
@@ -285,10 +291,11 @@ def _run_hf_part(args: Any, emit: Callable[[dict], None], say: Callable[[str], N
         prompts = [prompt_ids[i % len(prompt_ids)] for i in range(bs)]
         results = _measure(model, prompts, set(vocab.eos_token_ids), args, kinds, ctx)
         for kind in kinds:
-            row = _row(kind, bs, results, model_dir, vocab)
+            row = _row(kind, bs, results, model_dir, vocab, device)
             emit(row)
             rows_out.append(row)
-    say(f"\n## decode, HF: {model_dir}, greedy, max {args.max_tokens} new tokens, best of {args.reps}")
+    say(f"\n## decode, HF on {device} ({model.dtype}): {model_dir}, greedy, max {args.max_tokens} new tokens,"
+        f" best of {args.reps}")
     say("schema: bench.decode.SCHEMA (a bounded tool call); tokens/s relative to the unconstrained run of the same"
         " loop and batch (transformers generate; generate:*: constrained.generate_batch over our HFLM backend)\n")
     say(table(["batch", "mode", "tokens", "tokens/s", "vs unconstrained (wall)", "(CPU time)",
@@ -299,10 +306,10 @@ def _run_hf_part(args: Any, emit: Callable[[dict], None], say: Callable[[str], N
                 r["valid_json_rows"]] for r in rows_out]))
 
 
-def _row(kind: str, bs: int, results: dict[str, dict], model_dir: str, vocab: Any) -> dict:
+def _row(kind: str, bs: int, results: dict[str, dict], model_dir: str, vocab: Any, device: str = "cpu") -> dict:
     r = results[kind]
     base = results["generate:unconstrained" if kind.startswith("generate:") else "unconstrained"]
-    return {"suite": "decode", "backend": "hf", "batch": bs, "mode": kind, "model": model_dir,
+    return {"suite": "decode", "backend": "hf", "device": device, "batch": bs, "mode": kind, "model": model_dir,
             "tokens": r["tokens"], "best_s": round(r["best"], 4), "first_s": round(r["first"], 4),
             "tokens_per_s": round(r["tokens"] / r["best"], 1),
             "vs_unconstrained": round((r["tokens"] / r["best"]) / (base["tokens"] / base["best"]), 3),

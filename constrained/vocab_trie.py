@@ -344,7 +344,8 @@ def _lcp(toks: list[bytes]) -> np.ndarray:
     head = b"".join(t[:_LCP_WIDTH].ljust(_LCP_WIDTH, b"\0") for t in toks)
     raw = np.frombuffer(head, dtype=np.uint8).reshape(n, _LCP_WIDTH)
     cols = np.arange(_LCP_WIDTH)
-    pad[:] = np.where(cols[None, :] < lens[:, None], raw, -1)
+    # (an int16 -1: numpy 2.5 refuses a Python -1 beside uint8 bytes, as NEP 50 says)
+    pad[:] = np.where(cols[None, :] < lens[:, None], raw, np.int16(-1))
     lcp = np.zeros(n, dtype=np.int64)
     if n > 1:
         diff = pad[1:] != pad[:-1]
