@@ -116,6 +116,10 @@ def _hf_proc(kind: str, ctx: dict, rows: int) -> Any:
     return PeerProcessor()
 
 
+def _identity(input_ids: Any, scores: Any) -> Any:
+    return scores
+
+
 class _Timed:
     """A logits processor with the time spent in its calls counted (the per-step overhead it adds)."""
 
@@ -298,10 +302,10 @@ def _run_hf_part(args: Any, emit: Callable[[dict], None], say: Callable[[str], N
         f" best of {args.reps}")
     say("schema: bench.decode.SCHEMA (a bounded tool call); tokens/s relative to the unconstrained run of the same"
         " loop and batch (transformers generate; generate:*: constrained.generate_batch over our HFLM backend)\n")
-    say(table(["batch", "mode", "tokens", "tokens/s", "vs unconstrained (wall)", "(CPU time)",
+    say(table(["batch", "mode", "tokens", "tokens/s", "vs unconstrained (wall)", "(CPU time)", "steps/s vs unconstrained",
                "processor µs per step, warm (first rep)", "rows ended as valid JSON"],
               [[r["batch"], r["mode"], r["tokens"], r["tokens_per_s"], r["vs_unconstrained"],
-                r["cpu_vs_unconstrained"],
+                r["cpu_vs_unconstrained"], "-" if r["steps_vs_unconstrained"] is None else r["steps_vs_unconstrained"],
                 "-" if r["proc_us_per_step"] is None else f"{r['proc_us_per_step']} ({r['proc_us_per_step_first']})",
                 r["valid_json_rows"]] for r in rows_out]))
 
@@ -313,6 +317,10 @@ def _row(kind: str, bs: int, results: dict[str, dict], model_dir: str, vocab: An
             "tokens": r["tokens"], "best_s": round(r["best"], 4), "first_s": round(r["first"], 4),
             "tokens_per_s": round(r["tokens"] / r["best"], 1),
             "vs_unconstrained": round((r["tokens"] / r["best"]) / (base["tokens"] / base["best"]), 3),
+            # generation steps per second: rows that end early lower tokens/s, not the cost of a step
+            "steps_per_s": round(r["steps"] / r["best"], 1) if "steps" in r else None,
+            "steps_vs_unconstrained": (round((r["steps"] / r["best"]) / (base["steps"] / base["best"]), 3)
+                                       if "steps" in r and "steps" in base else None),
             "cpu_s": round(r["cpu"], 4),
             "cpu_vs_unconstrained": round((r["tokens"] / r["cpu"]) / (base["tokens"] / base["cpu"]), 3),
             "valid_json_rows": None if kind.endswith("unconstrained") else _valid_rows(r["rows"], vocab),
@@ -332,7 +340,8 @@ def _measure(model: Any, prompts: list[list[int]], eos: set[int], args: Any, kin
             if kind.startswith("generate:"):
                 rows = _run_generate(ctx["lm"], prompts, args.max_tokens, kind == "generate:ours")
             else:
-                proc = None if kind == "unconstrained" else _Timed(_hf_proc(kind, ctx, len(prompts)))
+                # (unconstrained: a processor that returns the scores as they are, to count the steps)
+                proc = _Timed(_identity if kind == "unconstrained" else _hf_proc(kind, ctx, len(prompts)))
                 rows = _run_hf(model, prompts, eos, args.max_tokens, proc)
             dt = time.perf_counter() - t0
             r = out[kind]
@@ -342,4 +351,6 @@ def _measure(model: Any, prompts: list[list[int]], eos: set[int], args: Any, kin
             r["first"] = dt if r["first"] is None else r["first"]
             if dt < r["best"]:
                 r.update(best=dt, rows=rows, tokens=sum(len(x) for x in rows))
+                if not kind.startswith("generate:"):
+                    r["steps"] = proc.calls
     return out
