@@ -167,6 +167,8 @@ def _likely(key: str) -> str | None:
 
 
 _KNOWN_SORTED = sorted(KNOWN_KEYWORDS)
+# keywords only some drafts have (`json_refs.draft_of` numbers them): draft-04's `id` is its `$id`
+_DRAFT_KEYWORDS = {4: frozenset({"id"})}
 
 
 def _edits(a: str, b: str, limit: int) -> int:
@@ -185,10 +187,11 @@ def _edits(a: str, b: str, limit: int) -> int:
 
 
 def check_schema(s: dict, path: str, approximate: bool, warn_unknown: bool = True,
-                 notes: list[SchemaNote] | None = None) -> dict:
+                 notes: list[SchemaNote] | None = None, draft: int = 2020) -> dict:
     """Validate keyword shapes; raise (or, when approximating, drop) unsupported ones.
 
     Ignored and dropped keywords are appended to `notes` (warned when it is None).
+    `draft` (`json_refs.draft_of`): keywords of that draft only (`id`, draft-04's `$id`) are known too.
     """
     note = notes.append if notes is not None else (lambda n: warnings.warn(n, stacklevel=4))
     _shape_errors(s, path)
@@ -199,7 +202,7 @@ def check_schema(s: dict, path: str, approximate: bool, warn_unknown: bool = Tru
     if drop and not approximate:
         raise UnsupportedSchemaError(drop[0], path)
     for key in s if warn_unknown else ():
-        if key not in KNOWN_KEYWORDS:
+        if key not in KNOWN_KEYWORDS and key not in _DRAFT_KEYWORDS.get(draft, ()):
             vendor = key.startswith("x-")
             note(SchemaNote(key, path, "vendor" if vendor else "unknown", suggestion=None if vendor else _likely(key)))
     if not drop:

@@ -63,13 +63,14 @@ def draft_of(root: Schema) -> int:
 class Resolver:
     """Index of a document's resources and anchors, keyed by absolute URI."""
 
-    def __init__(self, root: Schema) -> None:
+    def __init__(self, root: Schema, id_key: str = "$id") -> None:
         self.root = root
+        self.id_key = id_key                # draft-04 names a schema's URI `id` (`draft_of` gives 4)
         self.base = ""
         self.resources: dict[str, tuple[Schema, str]] = {}
         self.anchors: dict[tuple[str, str], tuple[Schema, str]] = {}
-        if isinstance(root, dict) and isinstance(root.get("$id"), str):
-            self.base = urldefrag(root["$id"])[0]
+        if isinstance(root, dict) and isinstance(root.get(self.id_key), str):
+            self.base = urldefrag(root[self.id_key])[0]
         self.resources[self.base] = (root, "$")
         # The walk that finds nested `$id`s and anchors is made on the first `$ref` that
         # needs it: a JSON pointer into the root document (most refs) needs none.
@@ -86,14 +87,14 @@ class Resolver:
             return
         if not isinstance(node, dict):
             return
-        if isinstance(node.get("$id"), str) and path != "$":
-            base = urldefrag(urljoin(base, node["$id"]))[0]
+        if isinstance(node.get(self.id_key), str) and path != "$":
+            base = urldefrag(urljoin(base, node[self.id_key]))[0]
             self.resources.setdefault(base, (node, path))
         for key in ("$anchor", "$dynamicAnchor"):
             if isinstance(node.get(key), str):
                 self.anchors.setdefault((base, node[key]), (node, path))
-        if isinstance(node.get("$id"), str) and node["$id"].startswith("#"):  # draft-07 anchors
-            self.anchors.setdefault((base, node["$id"][1:]), (node, path))
+        if isinstance(node.get(self.id_key), str) and node[self.id_key].startswith("#"):  # draft-04/07 anchors
+            self.anchors.setdefault((base, node[self.id_key][1:]), (node, path))
         for key, value in node.items():
             if key in ("enum", "const", "examples", "default"):
                 continue  # data, not subschemas
@@ -101,8 +102,8 @@ class Resolver:
 
     def base_of(self, schema: dict, base: str) -> str:
         """The base URI inside `schema` (its own `$id` changes it)."""
-        if isinstance(schema.get("$id"), str) and not schema["$id"].startswith("#"):
-            return urldefrag(urljoin(base, schema["$id"]))[0]
+        if isinstance(schema.get(self.id_key), str) and not schema[self.id_key].startswith("#"):
+            return urldefrag(urljoin(base, schema[self.id_key]))[0]
         return base
 
     def resolve(self, ref: Any, base: str, path: str) -> tuple[Schema, str, str]:

@@ -182,8 +182,8 @@ class Compiler:
         self.numbers = numbers
         self.value = exact_value if numbers == "double" else _dec   # a schema number, as compared
         self.any_order, self.approximate = any_order, allow_approximate
-        self.resolver = Resolver(root)
         self.draft = draft_of(root)
+        self.resolver = Resolver(root, "id" if self.draft == 4 else "$id")
         self.merger = Merger(self.resolver.resolve, self.draft, self.resolver.base)
         self.rules: dict[str, Node] = {}
         self._stack: set[int] = set()
@@ -233,7 +233,7 @@ class Compiler:
             return NOTHING
         if not isinstance(s, dict):
             raise InvalidSchemaError("a schema must be an object or a boolean", path, s)
-        s = check_schema(s, path, self.approximate, notes=self.notes)
+        s = check_schema(s, path, self.approximate, notes=self.notes, draft=self.draft)
         base = self.resolver.base_of(s, base)
         if self.draft in NOT_IN_DRAFT and not s.keys().isdisjoint(NOT_IN_DRAFT[self.draft]):
             self._not_in_draft(s, path)
@@ -252,7 +252,7 @@ class Compiler:
         if not isinstance(s, dict):
             return self.node(s, path, base)
         if merged:
-            s = check_schema(s, path, self.approximate, warn_unknown=False, notes=self.notes)
+            s = check_schema(s, path, self.approximate, warn_unknown=False, notes=self.notes, draft=self.draft)
         if "anyOf" in s or "oneOf" in s:
             return self._branches(s, path, base)
         return self._typed(s, path, base)

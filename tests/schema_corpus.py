@@ -262,6 +262,13 @@ CORPUS: list[dict] = [
     case("ref_urn_id", {"$id": "urn:example:root", "$defs": {"pos": {"type": "integer", "minimum": 1}},
                         "type": "object", "properties": {"x": {"$ref": "#/$defs/pos"}}, "additionalProperties": False},
          [{"x": 1}, {}], [{"x": 0}, {"y": 1}]),
+    case("ref_draft4_id", {"$schema": "http://json-schema.org/draft-04/schema#", "id": "http://example.com/root.json",
+                           "definitions": {"item": {"id": "item.json", "type": "integer", "minimum": 0},
+                                           "named": {"id": "#named", "type": "string", "maxLength": 2}},
+                           "type": "object", "properties": {"x": {"$ref": "item.json"}, "n": {"$ref": "#named"}},
+                           "additionalProperties": False},
+         [{"x": 0, "n": "ab"}, {}], [{"x": -1}, {"x": "0"}, {"n": "abc"}],
+         hypothesis=False),   # (hypothesis-jsonschema resolves no draft-04 `id`)
     case("ref_anchor", {"$defs": {"x": {"$anchor": "name", "type": "string", "minLength": 1}},
                         "type": "object", "properties": {"n": {"$ref": "#name"}}, "required": ["n"]},
          [{"n": "a"}], [{"n": ""}, {}]),

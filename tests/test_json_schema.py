@@ -495,6 +495,21 @@ def test_compile_warns_each_note_once_and_keeps_the_report(vocabulary):
         assert compile_json_schema(schema, gpt2_vocab) is fsm                # a cache hit warns nothing
 
 
+def test_draft4_id_is_its_identifier_not_an_unknown_keyword():
+    """Draft-04 names a schema's URI `id` (later drafts `$id`): it bases refs there and is no note;
+    under 2020-12 the same `id` is an unknown keyword (a likely `$id`)."""
+    from grammars.json_schema import json_schema_grammar
+
+    body = {"id": "http://example.com/root.json", "definitions": {"n": {"id": "n.json", "type": "integer"}},
+            "type": "object", "properties": {"x": {"$ref": "n.json"}}, "required": ["x"], "additionalProperties": False}
+    draft4 = json_schema_grammar({"$schema": "http://json-schema.org/draft-04/schema#", **body})
+    assert [n.keyword for n in draft4.info["report"]] == []
+    dfa = LazyDFA(draft4)
+    assert dfa.matches(b'{"x": 3}') and not dfa.matches(b'{"x": "3"}')
+    with pytest.raises(UnsupportedSchemaError, match="remote reference"):   # `$id`-less under 2020-12
+        json_schema_grammar(body)
+
+
 def test_an_unknown_format_is_an_annotation_reported_not_warned(vocabulary):
     """2020-12: `format` annotates unless the engine checks it; the other keywords still hold."""
     from constrained.compile import clear_cache, compile_json_schema
