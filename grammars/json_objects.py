@@ -203,20 +203,33 @@ def _names_key(c: "Compiler", declared: set, names: Any, path: str, base: str) -
 
 def _pattern_member(c: "Compiler", declared: set, patterns: dict, extra: Any, names_schema: Any,
                     path: str, base: str) -> Node | None:
-    if extra is not False:
+    """key:value of one member that no declared name spells.
+
+    When a pattern matches every name (`.*`, `^[a-z]*` under search semantics, proven on the
+    automata: `Compiler.pattern_universal`), additionalProperties never applies: such a
+    member is any other name with the patterns' schema (declared names have theirs merged
+    with it, `_declared_schema`). Otherwise the names are the patterns' and additionalProperties
+    must be false: the names matching none would need the complement of the patterns.
+    """
+    where = f"{path}.patternProperties"
+    universal = any(c.pattern_universal(p, where) for p in patterns)
+    if extra is not False and not universal:
         raise UnsupportedSchemaError("patternProperties", path, "needs additionalProperties: false "
                                      "(other keys would need the complement of the patterns)")
     schemas = list(patterns.values())
     if len({json.dumps(v, sort_keys=True, default=str) for v in schemas}) > 1:
         raise UnsupportedSchemaError("patternProperties", path, "several patterns with different schemas "
                                      "(a key matching two of them must satisfy both)")
-    for name in sorted(declared):
-        for p in patterns:
-            if c.pattern_matches(p, name, f"{path}.patternProperties"):
-                raise UnsupportedSchemaError("patternProperties", path, f"declared property {name!r} matches "
-                                             f"pattern {p!r} (its duplicates cannot be excluded)")
     if names_schema is not True:
         raise UnsupportedSchemaError("propertyNames", path, "together with patternProperties")
+    if universal:
+        value = c.node(schemas[0], where, base)
+        return None if value == NOTHING else seq(quoted(string_not_in(declared, c.tries)), c.ws.colon, value)
+    for name in sorted(declared):
+        for p in patterns:
+            if c.pattern_matches(p, name, where):
+                raise UnsupportedSchemaError("patternProperties", path, f"declared property {name!r} matches "
+                                             f"pattern {p!r} (its duplicates cannot be excluded)")
     key = alt(*(c.pattern_body(p, f"{path}.patternProperties") for p in patterns))
     value = c.node(schemas[0], f"{path}.patternProperties", base)
     if value == NOTHING:

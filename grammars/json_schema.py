@@ -602,6 +602,40 @@ class Compiler:
             self._matchers[pattern] = LazyDFA(Grammar({"start": _regex(pattern, None)}))
         return self._matchers[pattern].matches(name.encode())
 
+    def pattern_universal(self, pattern: Any, path: str) -> bool:
+        """Whether the ECMA regex (search) matches every property name: a product walk of its
+        automaton beside that of every UTF-8 text (`[\\s\\S]*`), which fails on a text the first
+        accepts and it does not; False past `_UNIVERSAL_PAIRS` pairs (not proven)."""
+        from grammars.dfa import LazyDFA
+
+        self.pattern_matches(pattern, "", path)          # builds its automaton (and checks the pattern)
+        if "[\\s\\S]*" not in self._matchers:
+            self._matchers["[\\s\\S]*"] = LazyDFA(Grammar({"start": _regex("[\\s\\S]*", None)}))
+        every, it = self._matchers["[\\s\\S]*"], self._matchers[pattern]
+        seen = {(every.initial, it.initial)}
+        todo = list(seen)
+        while todo:
+            a, b = todo.pop()
+            if every.is_accepting(a) and not it.is_accepting(b):
+                return False
+            for byte in range(256):
+                a2 = every.next_state(a, byte)
+                if a2 < 0:
+                    continue
+                b2 = it.next_state(b, byte)
+                if b2 < 0:                               # (every live state of `every` reaches a text)
+                    return False
+                if (a2, b2) not in seen:
+                    if len(seen) >= _UNIVERSAL_PAIRS:
+                        return False
+                    seen.add((a2, b2))
+                    todo.append((a2, b2))
+        return True
+
+
+# state pairs walked to prove a patternProperties pattern matches every name (`pattern_universal`)
+_UNIVERSAL_PAIRS = 512
+
 
 def _regex(pattern: str, encode: Any) -> Node:
     from grammars.regex import regex_node

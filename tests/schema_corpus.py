@@ -142,6 +142,13 @@ CORPUS: list[dict] = [
     case("pattern_properties", {"type": "object", "patternProperties": {"^x-": {"type": "string"}},
                                 "additionalProperties": False},
          [{}, {"x-a": "1", "x-b": ""}], [{"y": "1"}, {"x-a": 1}]),
+    # a pattern that matches every name (search semantics): additionalProperties never applies
+    case("pattern_properties_every_name", {"type": "object", "properties": {"n": {"type": "integer"}},
+                                           "patternProperties": {".*": {"type": ["string", "integer"], "maxLength": 3}},
+                                           "additionalProperties": {"type": "null"}},
+         [{}, {"n": 1, "x": "ab", "y\nz": 7}, {"": "a"}], [{"x": None}, {"x": "abcd"}, {"n": "1"}, {"x": [1]}]),
+    case("pattern_properties_unanchored_end", {"type": "object", "patternProperties": {"^[a-z]*": {"type": "boolean"}}},
+         [{}, {"A-1": True, "b": False}], [{"a": 1}, {"Z": None}]),
     case("property_names", {"type": "object", "propertyNames": {"maxLength": 3}, "additionalProperties": {"type": "integer"}},
          [{}, {"abc": 1}], [{"abcd": 1}, {"a": "x"}]),
     case("nested_objects", {"type": "object", "properties": {

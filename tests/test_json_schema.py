@@ -495,6 +495,20 @@ def test_compile_warns_each_note_once_and_keeps_the_report(vocabulary):
         assert compile_json_schema(schema, gpt2_vocab) is fsm                # a cache hit warns nothing
 
 
+def test_pattern_properties_beside_additional_need_a_pattern_matching_every_name():
+    from grammars.json_schema import json_schema_grammar
+
+    # `^.*$` misses names holding a newline (ECMA `.`), `.+` the empty name: those would take
+    # additionalProperties, the complement of the patterns, which is refused
+    for pattern in ("^.*$", ".+"):
+        with pytest.raises(UnsupportedSchemaError, match="complement of the patterns"):
+            json_schema_grammar({"patternProperties": {pattern: {"type": "integer"}},
+                                 "additionalProperties": {"type": "string"}})
+    g = json_schema_grammar({"patternProperties": {"(?:)": {"type": "integer"}}, "additionalProperties": False})
+    dfa = LazyDFA(g)
+    assert dfa.matches(b'{"any name": 1}') and not dfa.matches(b'{"x": "1"}')
+
+
 def test_draft4_id_is_its_identifier_not_an_unknown_keyword():
     """Draft-04 names a schema's URI `id` (later drafts `$id`): it bases refs there and is no note;
     under 2020-12 the same `id` is an unknown keyword (a likely `$id`)."""
