@@ -282,6 +282,8 @@ def restrict_length(body: Node, min_length: int, max_length: int | None, *, path
     cap = max_length + 1 if max_length is not None else min_length
     prod = _Product(cap, path, budget)
     direct = _one_counted_run(prod, body, min_length, max_length)
+    if direct is None:
+        direct = _per_branch(prod, body, min_length, max_length)
     if direct is not None:
         return direct
     prof = prod.profile(body)
@@ -296,7 +298,8 @@ def restrict_length(body: Node, min_length: int, max_length: int | None, *, path
 
 def _one_counted_run(prod: _Product, body: Node, lo: int, hi: int | None) -> Node | None:
     """`body` with its length bounds moved onto its one repeat of single characters, when it is
-    such a repeat between fixed-length pieces (`^[a-z]+$`, `^id-\\d+$`): no per-length branches,
+    such a repeat between fixed-length pieces (`^[a-z]+$`, `^id-\\d+$`, a class of several spellings
+    being one character): no per-length branches,
     so the counter loop of the result stays lazy. None when `body` has another shape."""
     items = body.items if isinstance(body, Seq) else (body,)
     an, fixed, run = prod.an, 0, None
@@ -306,7 +309,7 @@ def _one_counted_run(prod: _Product, body: Node, lo: int, hi: int | None) -> Nod
         counts = {n for _, n in an.from_between(item)}
         if isinstance(item, Repeat) and run is None and an.is_unit(item.item):
             run = i
-        elif len(counts) == 1 and isinstance(item, (ByteSet, Seq)) and _fixed_count(an, item) is not None:
+        elif len(counts) == 1 and isinstance(item, (ByteSet, Seq, Alt)) and _fixed_count(an, item) is not None:
             fixed += _fixed_count(an, item)
         else:
             return None
@@ -318,6 +321,31 @@ def _one_counted_run(prod: _Product, body: Node, lo: int, hi: int | None) -> Nod
     if new_hi is not None and new_hi < new_lo:
         return NOTHING
     return seq(*items[:run], repeat(r.item, new_lo, new_hi), *items[run + 1:])
+
+
+def _per_branch(prod: _Product, body: Node, lo: int, hi: int | None) -> Node | None:
+    """`_one_counted_run` of each branch of an alternation (`^([a-z][a-z-]*)?$`, `^(a|b[a-z]*c)$`),
+    fixed-length branches kept or dropped by their length: a length bound distributes over a
+    union, and no branch is expanded per length. None when a branch has another shape."""
+    if isinstance(body, Alt):
+        branches = body.items
+    elif isinstance(body, Repeat) and body.min == 0 and body.max == 1:
+        branches = (EMPTY, body.item)
+    else:
+        return None
+    an, out = prod.an, []
+    for branch in branches:
+        if not an.is_closed(branch):
+            return None
+        direct = _one_counted_run(prod, branch, lo, hi)
+        if direct is None:
+            n = _fixed_count(an, branch) if isinstance(branch, (ByteSet, Seq, Alt)) else None
+            if n is None:
+                return None
+            direct = branch if lo <= n and (hi is None or n <= hi) else NOTHING
+        if direct != NOTHING:
+            out.append(direct)
+    return union(*out) if out else NOTHING
 
 
 def _fixed_count(an: _Analyzer, item: Node) -> int | None:

@@ -164,7 +164,8 @@ def test_key_literal_against_its_oracle(name: str) -> None:
         assert automaton.matches(body.encode()) == _key_oracle(name, spelled), body
 
 
-PATTERNS = ["^[a-z]+(-[0-9]{2,4})?$", "A[a-z]", "^(ab|c)*$", "x", "^.{2,}$"]
+PATTERNS = ["^[a-z]+(-[0-9]{2,4})?$", "A[a-z]", "^(ab|c)*$", "x", "^.{2,}$", "^([a-z0-9][a-z0-9-]*)?$",
+            "^([a-z]|[a-z][a-z-]*[0-9])$"]
 
 
 @settings(max_examples=40, deadline=None)
@@ -178,6 +179,15 @@ def test_pattern_length_product(pattern, lo, extra, words, ascii_only):
         expected = re.search(pattern, w) is not None and lo <= len(w) and (hi is None or len(w) <= hi)
         text = json.dumps(w, ensure_ascii=ascii_only)[1:-1].encode()
         assert automaton.matches(text) == expected, (pattern, lo, hi, w)
+
+
+def test_an_alternation_of_counted_runs_takes_long_bounds():
+    # (Kubernetes label keys: at most 253 characters) each branch keeps its one counter loop,
+    # where expanding per length exceeded the budget
+    body = regex_node("^([A-Za-z0-9][A-Za-z0-9-._]*)?$", dialect="ecma", search=True, encode=json_char)
+    automaton = dfa(restrict_length(body, 0, 253))
+    for w, ok in (("", True), ("a", True), ("a" * 253, True), ("a" * 254, False), ("-a", False), ("a.b-c_d", True)):
+        assert automaton.matches(w.encode()) == ok, w
 
 
 def test_length_product_budget_raises():
