@@ -117,7 +117,8 @@ def compile_json_schema(schema: Any, vocab: "Vocabulary", *, max_states: int = M
     from grammars.json_schema import json_schema_grammar
 
     schema = _as_schema_dict(schema)
-    text = deep_call(json.dumps, schema, sort_keys=True, separators=(",", ":"))
+    # not sorted: members are laid out in the order `properties` declares them
+    text = deep_call(json.dumps, schema, separators=(",", ":"))
     key = ("json", text, _options_key(options), max_states, vocab.fingerprint)
     built: list[TokenFSM] = []
 

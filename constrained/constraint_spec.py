@@ -65,7 +65,8 @@ class ConstraintSpec:
     @property
     def key(self) -> str:
         """Canonical text of the constraint and its options (what the caches are keyed by)."""
-        return json.dumps([self.kind, self.source, self.options], sort_keys=True, separators=(",", ":"))
+        # the source is not sorted: a schema's `properties` order is its members' layout
+        return json.dumps([self.kind, self.source, dict(sorted(self.options.items()))], separators=(",", ":"))
 
     def to_xargs(self) -> dict[str, Any]:
         """The ``extra_args`` entry that asks for this constraint."""

@@ -340,6 +340,19 @@ def test_compile_cache_and_inputs(gpt2):
     assert gpt2.eos_token_ids[0] in g.allowed_token_ids()
 
 
+def test_compile_cache_keeps_declared_member_order(gpt2):
+    """Members are laid out in the schema's order, so schemas that differ only in
+    the order of `properties` are different constraints, cached apart."""
+    def schema(names):
+        return {"type": "object", "properties": {n: {"type": "integer"} for n in names},
+                "required": ["a", "b"], "additionalProperties": False}
+
+    ab, ba = compile_json_schema(schema("ab"), gpt2), compile_json_schema(schema("ba"), gpt2)
+    assert ab is not ba
+    assert ab.matches(b'{"a":1,"b":2}') and not ab.matches(b'{"b":2,"a":1}')
+    assert ba.matches(b'{"b":2,"a":1}') and not ba.matches(b'{"a":1,"b":2}')
+
+
 def test_compile_cache_is_bounded_by_bytes(gpt2, monkeypatch: pytest.MonkeyPatch) -> None:
     """The FSM cache evicts its oldest entries once they hold more than `CACHE_BYTES`; the newest stays."""
     import constrained.compile as compile_module
