@@ -319,6 +319,10 @@ class Merger:
             return [{"allOf": [p, q]} for p in x for q in y]
         if key == "uniqueItems":
             return bool(x or y)
+        from grammars.json_checks import KNOWN_KEYWORDS   # (it imports this module)
+
+        if key not in KNOWN_KEYWORDS:      # vendor (`x-...`) or unknown: ignored, so never in conflict
+            return x
         raise UnsupportedSchemaError(key, path, f"allOf combines different values {x!r} and {y!r}")
 
     def _objects(self, a: dict, b: dict, out: dict, path: str) -> None:

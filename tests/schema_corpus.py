@@ -276,6 +276,10 @@ CORPUS: list[dict] = [
                            "additionalProperties": False},
          [{"x": 0, "n": "ab"}, {}], [{"x": -1}, {"x": "0"}, {"n": "abc"}],
          hypothesis=False),   # (hypothesis-jsonschema resolves no draft-04 `id`)
+    case("allof_vendor_keywords_differ", {"allOf": [
+        {"type": "object", "properties": {"a": {"type": "integer"}}, "x-html-description": "one text"},
+        {"properties": {"a": {"minimum": 0}}, "x-html-description": "another text", "unknownKeyword": 1}]},
+         [{"a": 0}, {}, {"b": "x"}], [{"a": -1}, {"a": "0"}, []]),
     case("ref_anchor", {"$defs": {"x": {"$anchor": "name", "type": "string", "minLength": 1}},
                         "type": "object", "properties": {"n": {"$ref": "#name"}}, "required": ["n"]},
          [{"n": "a"}], [{"n": ""}, {}]),
