@@ -35,6 +35,14 @@ from grammars.ast import COUNT_MAX, Alt, ByteSet, Node, Ref, Repeat, Seq, non_em
 from grammars.errors import StateBudgetError
 from grammars.native import checkpoint
 
+try:
+    import cython
+except ImportError:  # the source runs as plain Python, without Cython: the decorator does nothing
+    class cython:  # noqa: N801 - stands in for the module
+        @staticmethod
+        def cclass(cls: type) -> type:
+            return cls
+
 __all__ = ["FragmentBuilder", "share", "compact", "trie_complement", "REG", "FREE", "ENTER", "HEAD", "INC", "SPLICE",
            "UNROLL_LIMIT", "SUBROUTINE_MIN"]
 
@@ -157,8 +165,12 @@ def _template(nfa: "NFA", s: int, c0: int, e0: int, b0: int, k0: int, t: int) ->
             [rel(a) for a in nfa._byte_src[b0:]], [b - c0 for b in nfa._byte_dst[b0:]], masks, idx, nfa._dead, calls)
 
 
+@cython.cclass
 class FragmentBuilder:
-    """The construction methods of `NFA` (its columns, counters and tables are set up by `NFA._init`)."""
+    """The construction methods of `NFA` (its columns, counters and tables are set up by `NFA._init`).
+
+    Compiled, it is a C extension type whose columns and tables are C slots (`fragments.pxd`).
+    """
 
 
     def _new(self) -> int:
