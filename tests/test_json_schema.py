@@ -224,7 +224,10 @@ def _outside_float_range(value) -> bool:
 def test_generated_recursive_trees(tree, style):
     entry = BY_NAME["recursive_tree"]
     assert is_valid(entry, tree)
-    assert dfa_for("recursive_tree").matches(json.dumps(tree, **style).encode())
+    text = json.dumps(tree, **style)
+    # pretty printing is allowed up to the whitespace policy's indentation, never past it
+    indent = max(len(line) - len(line.lstrip(" ")) for line in text.split("\n"))
+    assert dfa_for("recursive_tree").matches(text.encode()) == (indent <= WhitespacePolicy().max_indent)
 
 
 # -- the token FSM ---------------------------------------------------------------------
