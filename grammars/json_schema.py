@@ -90,6 +90,14 @@ from grammars.json_values import (
 )
 from grammars.native import checkpoint
 
+try:
+    import cython
+except ImportError:  # the source runs as plain Python, without Cython: the decorator does nothing
+    class cython:  # noqa: N801 - stands in for the module
+        @staticmethod
+        def cclass(cls: type) -> type:
+            return cls
+
 __all__ = ["json_schema_grammar", "load_schema", "WhitespacePolicy", "Compiler"]
 
 _NUMERIC = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
@@ -167,8 +175,11 @@ def _dedup(notes: list[SchemaNote]) -> tuple[SchemaNote, ...]:
     return tuple({(n.keyword, n.path, n.kind): n for n in notes}.values())
 
 
+@cython.cclass
 class Compiler:
     """Walks one schema document; `rules` collects the recursive rules.
+
+    Compiled, it is a C extension type whose tables are C slots (`json_schema.pxd`).
 
     Example:
         >>> c = Compiler({"type": "null"}, ws=Whitespace(WhitespacePolicy()))
