@@ -12,7 +12,8 @@ the source runs as it is: same results.
 A compiled module lives in ``grammars/_compiled/<name>_<hash>/``, where the
 hash is that of the source it was compiled from (its ``.py``, and the ``.pxd``
 beside it where there is one: `ast.pxd` declares the node classes' C fields, `fragments.pxd` the
-NFA builder's columns and tables and its hot methods); at import, a module is
+NFA builder's columns and tables and its hot methods, `json_schema.pxd` the schema compiler's
+tables); at import, a module is
 loaded from there only if its current source still hashes the same, and
 from its source otherwise. So an edited file never runs stale compiled code
 (in an editable install, ``pip install -e .`` again recompiles it).
