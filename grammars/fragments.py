@@ -43,7 +43,7 @@ except ImportError:  # the source runs as plain Python, without Cython: the deco
         def cclass(cls: type) -> type:
             return cls
 
-__all__ = ["FragmentBuilder", "share", "compact", "trie_complement", "REG", "FREE", "ENTER", "HEAD", "INC", "SPLICE",
+__all__ = ["FragmentBuilder", "share", "compact", "trie_complement", "automaton", "REG", "FREE", "ENTER", "HEAD", "INC", "SPLICE",
            "UNROLL_LIMIT", "SUBROUTINE_MIN"]
 
 # Kinds of call edge (`NFAArrays.call_op`). REG: a rule call (`Ref`), one level of
@@ -137,6 +137,17 @@ def trie_complement(tries: dict, node: Node, trie: dict, printable: int, rest: N
     subroutine call each). The note lives as long as its grammar, not the process.
     """
     tries[id(node)] = (node, trie, printable, rest, leave)
+    return node
+
+
+def automaton(tries: dict, node: Node, edges: list[dict[int, int]], accepting: set[int]) -> Node:
+    """Note in `tries` (a grammar's ``info["tries"]``, beside `trie_complement`'s notes) that `node`, an
+    `Alt`, spells the automaton of `edges` (per state, target state -> byte mask; the start is state 0,
+    every state reaches an accepting one) and `accepting`. The NFA then builds one state per
+    automaton state, where the generic build of a node written from an automaton (by state
+    elimination, its states' nodes shared) can copy a subroutine's body into each later one.
+    Returns `node`, which must spell exactly that language."""
+    tries[id(node)] = (node, edges, accepting)
     return node
 
 
@@ -237,7 +248,8 @@ class FragmentBuilder:
             trie = self._tries.get(id(node))
             if trie is not None:
                 self._built_tries.append(id(node))
-                t = self._build_trie_complement(s, *trie[1:])
+                t = (self._build_automaton(s, *trie[1:]) if len(trie) == 3
+                     else self._build_trie_complement(s, *trie[1:]))
             else:
                 if not node.items:
                     self._dead = True  # NOTHING: its entry cannot reach its exit
@@ -496,6 +508,24 @@ class FragmentBuilder:
                 byte_dst.append(r)
             eps_src.append(q)
             eps_dst.append(out)
+        return t
+
+    def _build_automaton(self, s: int, edges: list[dict[int, int]], accepting: set[int]) -> int:
+        """A `automaton` note's states from `s`: one NFA state per automaton state, its byte edges as
+        they are (the start is a fresh state: `s` takes no edges in, and the automaton may loop to it)."""
+        first = self._count
+        self._count = first + len(edges)
+        t = self._new()
+        self._eps(s, first)
+        byte_src, byte_mask, byte_dst = self._byte_src, self._byte_mask, self._byte_dst
+        for i, out in enumerate(edges):
+            checkpoint()
+            for j, mask in out.items():
+                byte_src.append(first + i)
+                byte_mask.append(self._mask_index(mask))
+                byte_dst.append(first + j)
+            if i in accepting:
+                self._eps(first + i, t)
         return t
 
     def _mask_index(self, mask: int) -> int:

@@ -104,6 +104,8 @@ def _plain_not(n: Schema) -> bool:
     keys = {k for k in n if k not in ANNOTATIONS}
     if keys == {"anyOf"}:
         return isinstance(n["anyOf"], list) and all(_plain_not(b) for b in n["anyOf"])
+    if "pattern" in keys:      # strings matching it (`json_string_sets`)
+        return keys <= {"type", "pattern"} and n.get("type", "string") == "string"
     return keys <= {"type", "enum", "const"}
 
 
@@ -124,8 +126,9 @@ def negation(s: Schema) -> Schema | None:
     `required` name becomes "an object without it"; a property's schema, "an object with it, and
     its value valid under the property's negation"; `contains` (without `minContains`/`maxContains`),
     "an array whose items are all valid under its negation"; a bound, a value of its type beyond
-    it (`minimum: 3` fails on numbers below 3, `maxLength: 5` on strings of 6 or more). Other
-    keywords (patterns, `multipleOf`, ...) have no such form here.
+    it (`minimum: 3` fails on numbers below 3, `maxLength: 5` on strings of 6 or more); a
+    `pattern`, a string that does not match it. Other keywords (`multipleOf`, `format`, ...)
+    have no such form here.
 
     Example:
         >>> negation({"properties": {"mode": {"const": "a"}}, "required": ["mode"]})
@@ -174,6 +177,8 @@ def negation(s: Schema) -> Schema | None:
             applies, opposite, step = _COUNT_NEGATIONS[key]   # minLength n fails on strings shorter, ...
             if value + step >= 0:
                 parts.append({"type": applies, opposite: value + step})
+        elif key == "pattern" and isinstance(value, str):
+            parts.append({"type": "string", "not": {"pattern": value}})     # a string it does not match
         elif key == "contains":       # (with minContains or maxContains beside it: no form, below)
             neg = negation(value)
             if neg is None:

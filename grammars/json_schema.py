@@ -34,8 +34,8 @@ always get at least `max_recursion_depth` levels.
 | `contains` `minContains` `maxContains` | exact on arrays (`json_arrays`), other types unaffected: at least `minContains` (default 1; 0: no lower bound) items valid under `contains`, any schema that compiles; `maxContains` exact when `contains` has a negation (`json_merge.negation`: types, enum/const, required, properties, not/allOf/anyOf of those), else unsupported; with `prefixItems`, `minItems` or `maxItems` a (position, count) product, unsupported past the size budget; `allOf` of two different `contains` unsupported; draft-06/07: `min/maxContains` ignored, draft-04: `contains` ignored (as those drafts' validators do; reported) |
 | `allOf` | real merge (types intersect, bounds tighten, properties merge recursively, required union, anyOf/oneOf distribute); unmergeable pairs unsupported |
 | `anyOf` | exact (each branch merged with the sibling keywords) |
-| `oneOf` | exact: branches provably disjoint (types, enum values, or a required discriminator property with distinct const/enum) as they are; a branch that may overlap others holds with their negations (`json_merge.negation`: types, enum/const, bounds, required, properties, contains, not/allOf/anyOf of those; at most `ONE_OF_NEGATIONS` in all); else unsupported (`allow_approximate`: compiled as anyOf) |
-| `not` | exact for types, enum/const of scalars (numbers: excluded points; strings: complement of a finite set, without other string keywords), and anyOf of those; and, rewritten as `allOf`/`anyOf` (`json_merge.negation`), for `not`, `allOf`, `anyOf`, `required`, `properties`, `contains` (without min/maxContains) and bounds (`minimum` ... `maxProperties`: a value of their type past them) of such forms (`not: {required: [a]}` is "an object without a") |
+| `oneOf` | exact: branches provably disjoint (types, enum values, or a required discriminator property with distinct const/enum) as they are; a branch that may overlap others holds with their negations (`json_merge.negation`: types, enum/const, bounds, required, properties, contains, pattern, not/allOf/anyOf of those; at most `ONE_OF_NEGATIONS` in all); else unsupported (`allow_approximate`: compiled as anyOf) |
+| `not` | exact for types, enum/const of scalars (numbers: excluded points; strings: complement of a finite set, without other string keywords), a `pattern` (strings it does not match, with any other string keywords: `json_string_sets`, a product of automata bounded by `MAX_STATES`), and anyOf of those; and, rewritten as `allOf`/`anyOf` (`json_merge.negation`), for `not`, `allOf`, `anyOf`, `required`, `properties`, `contains` (without min/maxContains) and bounds (`minimum` ... `maxProperties`: a value of their type past them) of such forms (`not: {required: [a]}` is "an object without a") |
 | `if` / `then` / `else` | exact when `if` has such a negation: (if and then) or (not if and else), e.g. a discriminator `{"properties": {"mode": {"const": ...}}, "required": ["mode"]}`; else unsupported |
 | `$ref` `$defs` `definitions` `$anchor` `$id` | local refs, JSON pointers with `~0 ~1`; recursion via `Ref` rules, depth `max_recursion_depth`; remote refs unsupported; 2020-12 siblings of `$ref` are merged, draft-7 siblings ignored |
 | `true` / `{}` / `false` | any JSON value (nesting <= `max_any_depth`) / nothing |
@@ -84,7 +84,8 @@ from grammars.json_numbers import (
 from grammars.json_arrays import array_node
 from grammars.json_objects import object_node
 from grammars.json_refs import Resolver, draft_of, load_schema
-from grammars.json_strings import ANY_CHAR, any_string_body, json_char, key_literal, quoted, string_not_in
+from grammars.json_string_sets import difference
+from grammars.json_strings import ANY_CHAR, any_string_body, json_char, key_literal, quoted, string_literal, string_not_in
 from grammars.json_values import (
     ANY_RULE, Whitespace, WhitespacePolicy, any_value_rule, json_type, to_decimal, union, value_node,
 )
@@ -366,7 +367,8 @@ class Compiler:
             neg = negation(self.flatten(raw[b], f"{path}.oneOf[{b}]", base))
             if neg is None:
                 return (f"branches {i} and {j} may both match, and branch {b}'s negation has no exact form "
-                        "(only types, enum/const, required, properties, not/allOf/anyOf of those)")
+                        "(only types, enum/const, bounds, required, properties, contains, pattern, "
+                        "not/allOf/anyOf of those)")
             negs.append((a, neg))
         for a, neg in negs:
             excluded[a].append(neg)
@@ -382,31 +384,38 @@ class Compiler:
         self.merger.base = base
         return self.merger.merge(rest, branch, path)
 
-    def _negation(self, n: Any, path: str, base: str) -> tuple[set[str], list]:
-        """(excluded types, excluded values) of `not: n`, or raise."""
+    def _negation(self, n: Any, path: str, base: str) -> tuple[set[str], list, list[str]]:
+        """(excluded types, excluded values, patterns excluded strings match) of `not: n`, or raise."""
         n = self.flatten(n, f"{path}.not", base)
         if n is True:
-            return set(TYPES), []
+            return set(TYPES), [], []
         if n is False:
-            return set(), []
+            return set(), [], []
         keys = {k for k in n if k not in ANNOTATIONS}
         if keys == {"anyOf"}:
             types: set[str] = set()
             values: list = []
+            patterns: list[str] = []
             for br in n["anyOf"]:
-                t, v = self._negation(br, path, base)
+                t, v, p = self._negation(br, path, base)
                 types |= t
                 values += v
-            return types, values
+                patterns += p
+            return types, values, patterns
         if keys <= {"type", "enum"}:
             named = n.get("type", list(TYPES))
             named = {named} if isinstance(named, str) else set(named)
             if "number" in named:
                 named.add("integer")
             if "enum" in n:
-                return set(), [v for v in n["enum"] if json_type(v) in named]
-            return named, []
-        raise UnsupportedSchemaError("not", path, "only `not` of types, enum/const and anyOf of those is exact")
+                return set(), [v for v in n["enum"] if json_type(v) in named], []
+            return named, [], []
+        if keys <= {"type", "pattern"} and "pattern" in keys and n.get("type", "string") == "string":
+            self.pattern_body(n["pattern"], f"{path}.not")         # checks it, with its path
+            # without `type`, `n` holds for every non-string too: `not` excludes them all
+            return (set() if "type" in keys else set(TYPES) - {"string"}), [], [n["pattern"]]
+        raise UnsupportedSchemaError("not", path, "only `not` of types, enum/const, a pattern and anyOf of those "
+                                     "is exact")
 
     # -- typed values -------------------------------------------------------------
 
@@ -415,8 +424,12 @@ class Compiler:
             return self.any()
         declared = s.get("type", list(TYPES))
         types = [t for t in TYPES if t in ({declared} if isinstance(declared, str) else set(declared))]
-        excluded_types, excluded = self._negation(s["not"], path, base) if "not" in s else (set(), [])
+        excluded_types, excluded, not_patterns = (self._negation(s["not"], path, base) if "not" in s
+                                                  else (set(), [], []))
         if "enum" in s:
+            if not_patterns:
+                excluded = excluded + [v for v in s["enum"] if isinstance(v, str) and any(
+                    self.pattern_matches(p, v, path) for p in not_patterns)]
             return self._enum(s, types, excluded_types, excluded, path, base)
         if "number" in types:
             types.remove("integer") if "integer" in types else None
@@ -427,7 +440,7 @@ class Compiler:
             if t in excluded_types:
                 continue
             mine = [v for v in excluded if json_type(v) == t or (t == "number" and json_type(v) == "integer")]
-            parts.append(self._type_node(t, s, mine, path, base))
+            parts.append(self._type_node(t, s, mine, path, base, not_patterns))
         return union(*parts)
 
     def _enum(self, s: dict, types: list, excluded_types: set, excluded: list, path: str, base: str) -> Node:
@@ -444,7 +457,8 @@ class Compiler:
             nodes.append(value_node(v, self.ws, f"{path}.enum", self.numbers))
         return union(*nodes)
 
-    def _type_node(self, t: str, s: dict, excluded: list, path: str, base: str) -> Node:
+    def _type_node(self, t: str, s: dict, excluded: list, path: str, base: str,
+                   not_patterns: list[str] = ()) -> Node:
         if t == "null":
             return NOTHING if excluded else literal(b"null")
         if t == "boolean":
@@ -456,7 +470,7 @@ class Compiler:
         if t == "number":
             return self._number(s, excluded, path)
         if t == "string":
-            return quoted(self._string_body(s, excluded, path))
+            return quoted(self._string_body(s, excluded, path, not_patterns))
         if t == "array":
             return array_node(self, s, path, base)
         return object_node(self, s, path, base)
@@ -551,7 +565,11 @@ class Compiler:
                 raise UnsupportedSchemaError("pattern", path, str(e)) from None
         return self._patterns[pattern]
 
-    def _string_body(self, s: dict, excluded: list, path: str) -> Node:
+    def _string_body(self, s: dict, excluded: list, path: str, not_patterns: list[str] = ()) -> Node:
+        if not_patterns:        # the strings of the rest, then those the patterns match taken out
+            body = self._string_body(s, [], path)
+            gone = [self.pattern_body(p, path) for p in not_patterns] + [string_literal(v) for v in excluded]
+            return difference(body, gone, path=path, tries=self.tries)
         lo, hi = s.get("minLength", 0), s.get("maxLength")
         body = None
         if "format" in s:

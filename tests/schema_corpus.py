@@ -276,6 +276,27 @@ CORPUS: list[dict] = [
                            "additionalProperties": False},
          [{"x": 0, "n": "ab"}, {}], [{"x": -1}, {"x": "0"}, {"n": "abc"}],
          hypothesis=False),   # (hypothesis-jsonschema resolves no draft-04 `id`)
+    case("not_pattern", {"type": "object", "properties": {
+        "pkg": {"type": "string", "not": {"pattern": "^io\\.papermc\\."}},
+        "tag": {"type": "string", "minLength": 2, "maxLength": 4, "not": {"pattern": "^x"}},
+        "any": {"not": {"pattern": "a"}},
+        "typed": {"not": {"type": "string", "pattern": "a"}}}, "additionalProperties": False},
+         [{"pkg": "io.paper", "tag": "ab", "any": "b", "typed": 1}, {"pkg": "com.x", "typed": "b"}, {"tag": "yabc"}, {}],
+         [{"pkg": "io.papermc.x"}, {"tag": "xab"}, {"tag": "a"}, {"any": 1}, {"any": "ba"}, {"typed": "a"}]),
+    case("one_of_overlapping_patterns", {"type": "string", "oneOf": [
+        {"pattern": "^[0-9a-f]{8}-([0-9a-f]{4}-){3}[0-9a-f]{12}$"},
+        {"pattern": "^[0-9A-F]{8}-([0-9A-F]{4}-){3}[0-9A-F]{12}$"}]},
+         ["0123abcd-0000-0000-0000-000000000000", "0123ABCD-0000-0000-0000-000000000000"],
+         ["01234567-0000-0000-0000-000000000000", "0123aBCD-0000-0000-0000-000000000000", "x"]),
+    case("if_pattern_then", {"type": "string", "if": {"pattern": "^a"}, "then": {"maxLength": 3},
+                             "else": {"minLength": 2}},
+         ["abc", "a", "bb", "\u00e9\u00e9"], ["abcd", "b", ""]),
+    case("contains_pattern_counted", {"type": "array", "items": {"type": "string"},
+                                      "contains": {"pattern": "^a"}, "minContains": 1, "maxContains": 2},
+         [["a"], ["b", "ab", "ac"], ["\u0061"]], [[], ["b"], ["a", "ab", "ac"]]),
+    case("not_pattern_or_value", {"type": "string", "not": {"anyOf": [{"pattern": "^a"}, {"pattern": "b$"},
+                                                                      {"enum": ["zz"]}]}},
+         ["cc", "", "ba"], ["ax", "xb", "zz", "a", "b"]),
     case("allof_vendor_keywords_differ", {"allOf": [
         {"type": "object", "properties": {"a": {"type": "integer"}}, "x-html-description": "one text"},
         {"properties": {"a": {"minimum": 0}}, "x-html-description": "another text", "unknownKeyword": 1}]},

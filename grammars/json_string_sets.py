@@ -1,0 +1,265 @@
+"""Strings of one body but none of others, exactly: `not` of a `pattern`, and what needs it.
+
+A string body (`pattern`, `format`, length bounds: a node over the JSON
+*encoded* characters, every spelling of each) cannot be complemented
+syntactically. Its automaton can: `difference` walks the DFAs of the allowed
+body and of each excluded one side by side (their product, over the bytes
+they tell apart), keeps the product states that still reach a text the first
+accepts and no other does, and writes that automaton back as a node by state
+elimination within each strongly connected component, the components'
+nodes shared (see `_to_node`). Every body reads the same encoded bytes, so a
+text is in the result exactly when its decoded string is allowed and matches
+no excluded body, whatever escapes spell it. In a schema's grammar the node
+is noted (`fragments.automaton`) so that the NFA builds it from the automaton
+itself, one state per automaton state.
+
+Each product is bounded (`MAX_STATES` product states, `MAX_SIZE` syntax
+leaves); past that the schema is refused with `UnsupportedSchemaError`,
+never approximated.
+
+Example:
+    >>> from grammars.ast import Grammar
+    >>> from grammars.dfa import LazyDFA
+    >>> from grammars.json_strings import any_string_body, string_literal
+    >>> body = difference(any_string_body(1, 3), [string_literal("ab")], path="$")
+    >>> dfa = LazyDFA(Grammar({"start": body}))
+    >>> [dfa.matches(s) for s in (b"a", b"ab", b"a\\\\u0062", b"abc", b"", b"abcd")]
+    [True, False, False, True, False, False]
+"""
+
+from __future__ import annotations
+
+from grammars.ast import EMPTY, NOTHING, Alt, ByteSet, Grammar, Node, Seq, alt, seq, star
+from grammars.dfa import LazyDFA
+from grammars.errors import StateBudgetError, UnsupportedSchemaError
+from grammars.fragments import automaton
+
+__all__ = ["difference", "MAX_STATES", "MAX_SIZE"]
+
+# Product states walked, and distinct syntax nodes written back, before a schema is refused.
+MAX_STATES = 2_000
+MAX_SIZE = 100_000
+
+
+def difference(body: Node, excluded: list[Node], *, path: str, keyword: str = "not",
+               tries: dict | None = None) -> Node:
+    """The texts of `body` that none of `excluded` derives (see the module doc).
+
+    `tries`: the grammar's ``info["tries"]``, where the automaton is noted for the NFA
+    to build it state by state (see `fragments.automaton`).
+
+    Raises:
+        UnsupportedSchemaError: the product or the node written back passes its bound.
+    """
+    if not excluded:
+        return body
+    try:
+        dfas = [LazyDFA(Grammar({"start": n}), max_states=MAX_STATES) for n in (body, *excluded)]
+        edges, accepting = _product(dfas, path, keyword)
+    except StateBudgetError:
+        raise _refuse(keyword, path, f"an automaton of more than {MAX_STATES} states") from None
+    live = _coreachable(edges, accepting)
+    if 0 not in live:
+        return NOTHING
+    node = _to_node(edges, accepting, live)
+    if _dag_size(node) > MAX_SIZE:
+        raise _refuse(keyword, path, f"an expression of more than {MAX_SIZE} parts")
+    if tries is None:
+        return node
+    number = {old: new for new, old in enumerate(sorted(live))}       # (0 stays the start)
+    kept = [{number[j]: m for j, m in edges[i].items() if j in live} for i in sorted(live)]
+    return automaton(tries, Alt((node,)), kept, {number[i] for i in accepting if i in live})
+
+
+def _refuse(keyword: str, path: str, why: str) -> UnsupportedSchemaError:
+    return UnsupportedSchemaError(keyword, path, f"the strings it excludes need {why}")
+
+
+def _classes(dfas: list[LazyDFA]) -> list[tuple[int, int]]:
+    """(a byte of it, mask of its bytes) per class of bytes that no DFA tells apart."""
+    per_dfa = [d.byte_class.tolist() for d in dfas]
+    groups: dict[tuple[int, ...], int] = {}
+    first: dict[tuple[int, ...], int] = {}
+    for b in range(256):
+        key = tuple(bc[b] for bc in per_dfa)
+        groups[key] = groups.get(key, 0) | 1 << b
+        first.setdefault(key, b)
+    return [(first[k], m) for k, m in groups.items()]
+
+
+def _product(dfas: list[LazyDFA], path: str, keyword: str) -> tuple[list[dict[int, int]], set[int]]:
+    """Per product state its edges (target -> byte mask), and the accepting states; state 0 is the start."""
+    head, rest = dfas[0], dfas[1:]
+    classes = _classes(dfas)
+    start = tuple(d.initial for d in dfas)
+    index = {start: 0}
+    order = [start]
+    edges: list[dict[int, int]] = []
+    accepting: set[int] = set()
+    for i, q in enumerate(order):
+        if head.is_accepting(q[0]) and not any(d.is_accepting(s) for d, s in zip(rest, q[1:])):
+            accepting.add(i)
+        out: dict[int, int] = {}
+        for byte, mask in classes:
+            first = head.next_state(q[0], byte)
+            if first < 0:
+                continue
+            nxt = (first, *(d.next_state(s, byte) if s >= 0 else s for d, s in zip(rest, q[1:])))
+            j = index.get(nxt)
+            if j is None:
+                if len(order) >= MAX_STATES:
+                    raise _refuse(keyword, path, f"more than {MAX_STATES} automaton states")
+                j = index[nxt] = len(order)
+                order.append(nxt)
+            out[j] = out.get(j, 0) | mask
+        edges.append(out)
+    return edges, accepting
+
+
+def _coreachable(edges: list[dict[int, int]], accepting: set[int]) -> set[int]:
+    """States from which an accepting state can be reached."""
+    back: list[list[int]] = [[] for _ in edges]
+    for i, out in enumerate(edges):
+        for j in out:
+            back[j].append(i)
+    live, todo = set(accepting), list(accepting)
+    while todo:
+        for i in back[todo.pop()]:
+            if i not in live:
+                live.add(i)
+                todo.append(i)
+    return live
+
+
+def _components(succ: dict[int, dict[int, int]]) -> list[list[int]]:
+    """Strongly connected components (Tarjan's, iterative), each after every one it reaches."""
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    stack: list[int] = []
+    on: set[int] = set()
+    out: list[list[int]] = []
+    for root in succ:
+        if root in index:
+            continue
+        work = [(root, iter(succ[root]))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(succ[w])))
+                    break
+                if w in on:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on.discard(w)
+                        comp.append(w)
+                        if w == v:
+                            break
+                    out.append(comp)
+    return out
+
+
+def _to_node(edges: list[dict[int, int]], accepting: set[int], live: set[int]) -> Node:
+    """A node for the automaton's language (live states only, start 0).
+
+    Per strongly connected component and per state entering it, the paths that
+    stay inside, by state elimination, then leave to the node of the state they
+    enter (made first: components come after those they reach). Those nodes are
+    shared, so the NFA builds each once and calls it from every edge into it:
+    the node grows with the automaton, not with its paths.
+    """
+    succ = {i: {j: m for j, m in edges[i].items() if j in live} for i in live}
+    comps = _components(succ)
+    comp_of = {s: c for c, members in enumerate(comps) for s in members}
+    entries: dict[int, set[int]] = {comp_of[0]: {0}}
+    for i, out in succ.items():
+        for j in out:
+            if comp_of[i] != comp_of[j]:
+                entries.setdefault(comp_of[j], set()).add(j)
+    made: dict[int, Node] = {}
+    for c, members in enumerate(comps):
+        todo = entries.get(c)
+        if not todo:
+            continue
+        inside = set(members)
+        if len(members) > 1:
+            # most cycles pass one state (between two characters, for string bodies): its node is
+            # made first, and the other entries go to it, eliminating only the states left
+            hub = max(members, key=lambda x: (sum(j in inside for j in succ[x])
+                                              + sum(x in succ[i] for i in members), -x))
+            made[hub] = _paths(hub, inside, succ, accepting, made, last=hub)
+            inside.discard(hub)
+        for e in sorted(todo):
+            if e not in made:
+                made[e] = _paths(e, inside, succ, accepting, made, last=None)
+    return made[0]
+
+
+def _paths(e: int, inside: set[int], succ: dict[int, dict[int, int]], accepting: set[int],
+           made: dict[int, Node], last: int | None) -> Node:
+    """From `e`: paths through the states of `inside` (eliminated, `last` last), then out to the
+    node `made` for the state they leave to, or ending at an accepting state."""
+    start, final = -1, -2
+    out: dict[int, dict[int, Node]] = {start: {e: EMPTY}}
+    into: dict[int, dict[int, Node]] = {final: {}}
+    for s in inside:
+        out.setdefault(s, {})
+        into.setdefault(s, {})
+    into[e][start] = EMPTY
+    for s in inside:
+        leave = [EMPTY] if s in accepting else []
+        for j, mask in succ[s].items():
+            if j in inside:
+                out[s][j] = into[j][s] = ByteSet(mask)
+            else:
+                leave.append(Seq((ByteSet(mask), made[j])))   # (not `seq`: it would splice the shared node)
+        if leave:
+            out[s][final] = into[final][s] = alt(*leave)
+    todo = set(inside)
+    while todo:
+        # the state with the fewest paths through it goes first (keeps the expression small)
+        k = min(todo, key=lambda x: (x == last, (len(into[x]) - (x in into[x])) * (len(out[x]) - (x in out[x])), x))
+        todo.discard(k)
+        loop = out[k].pop(k, None)
+        into[k].pop(k, None)
+        middle = star(loop) if loop is not None else EMPTY
+        for i, left in into[k].items():
+            del out[i][k]
+            for j, right in out[k].items():
+                path = seq(left, middle, right)
+                old = out[i].get(j)
+                out[i][j] = into[j][i] = path if old is None else alt(old, path)
+        for j in out[k]:
+            del into[j][k]
+        del out[k], into[k]
+    return out[start].get(final, NOTHING)
+
+
+def _dag_size(node: Node) -> int:
+    """Distinct syntax nodes under `node` (shared ones counted once, as the NFA builds them once)."""
+    seen: set[int] = set()
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        items = getattr(n, "items", None)
+        if items is not None:
+            todo.extend(items)
+        elif getattr(n, "item", None) is not None:
+            todo.append(n.item)
+    return len(seen)

@@ -1,0 +1,77 @@
+"""`not` of a `pattern`, and `oneOf` branches that need it (`grammars.json_string_sets`):
+exact against jsonschema, whatever escapes spell the string; bounded, with a loud refusal past the bound."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import jsonschema
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from grammars.ast import Grammar
+from grammars.dfa import LazyDFA
+from grammars.errors import UnsupportedSchemaError
+from grammars.json_schema import json_schema_grammar
+from grammars.json_string_sets import MAX_STATES, difference
+from grammars.json_strings import any_string_body, string_literal
+from grammars.nfa import NFA
+
+SCHEMAS = [
+    {"type": "string", "pattern": "^[ab]+", "not": {"pattern": "b$"}},
+    {"type": "string", "maxLength": 3, "not": {"anyOf": [{"pattern": "^a"}, {"pattern": "\u00e9"}]}},
+    {"oneOf": [{"pattern": "^[a-c]{2}$"}, {"pattern": "^[b-d]{2}$"}]},
+    {"not": {"pattern": "[0-9]"}},
+]
+
+
+def _dfa(schema):
+    g = json_schema_grammar(schema)
+    return LazyDFA(g, max_depth=g.info["max_depth"])
+
+
+_DFAS = [_dfa(s) for s in SCHEMAS]
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(which=st.integers(0, len(SCHEMAS) - 1), text=st.text(alphabet="abcd0\u00e9\"\\", max_size=5),
+       ascii_only=st.booleans())
+def test_matches_jsonschema_in_every_spelling(which, text, ascii_only):
+    expected = jsonschema.Draft202012Validator(SCHEMAS[which]).is_valid(text)
+    assert _DFAS[which].matches(json.dumps(text, ensure_ascii=ascii_only).encode()) == expected
+
+
+def test_non_strings_follow_the_inner_schema():
+    # `not: {pattern}` holds for no non-string (the pattern does); with `type: string` inside, for all
+    for schema, non_strings in (({"not": {"pattern": "a"}}, False), ({"not": {"type": "string", "pattern": "a"}}, True)):
+        dfa = _dfa(schema)
+        assert [dfa.matches(json.dumps(v).encode()) for v in (1, None, [], {})] == [non_strings] * 4
+        assert jsonschema.Draft202012Validator(schema).is_valid(1) == non_strings
+
+
+def test_the_nfa_is_built_from_the_automaton():
+    # both cases of a UUID: exactly one matches unless every character is a digit
+    uuid = "^[0-9{0}]{{8}}-([0-9{0}]{{4}}-){{3}}[0-9{0}]{{12}}$"
+    schema = {"type": "string", "oneOf": [{"pattern": uuid.format("a-f")}, {"pattern": uuid.format("A-F")}]}
+    g = json_schema_grammar(schema)
+    assert NFA(g).num_states < 1_500          # one state per automaton state, not a copy per path
+    dfa = LazyDFA(g, max_depth=g.info["max_depth"])
+    assert dfa.matches(b'"0123abcd-0000-0000-0000-000000000000"')
+    assert not dfa.matches(b'"01234567-0000-0000-0000-000000000000"')
+
+
+def test_past_the_bound_is_refused_with_the_path():
+    t = time.perf_counter()
+    with pytest.raises(UnsupportedSchemaError) as e:
+        json_schema_grammar({"properties": {"p": {"type": "string", "pattern": f"^[ab]{{0,{MAX_STATES}}}$",
+                                                  "not": {"pattern": "ab"}}}})
+    assert "$.properties.p" in str(e.value) and f"{MAX_STATES}" in str(e.value)
+    assert time.perf_counter() - t < 30
+
+
+def test_difference_of_finite_sets():
+    body = difference(any_string_body(0, 2), [string_literal("a"), string_literal("")], path="$")
+    dfa = LazyDFA(Grammar({"start": body}))
+    assert [dfa.matches(s) for s in (b"", b"a", b"\\u0061", b"b", b"ab")] == [False, False, False, True, True]
