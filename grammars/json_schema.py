@@ -35,7 +35,7 @@ always get at least `max_recursion_depth` levels.
 | `allOf` | real merge (types intersect, bounds tighten, properties merge recursively, required union, anyOf/oneOf distribute); unmergeable pairs unsupported |
 | `anyOf` | exact (each branch merged with the sibling keywords) |
 | `oneOf` | exact: branches provably disjoint (types, enum values, or a required discriminator property with distinct const/enum) as they are; a branch that may overlap others holds with their negations (`json_merge.negation`: types, enum/const, bounds, required, properties, contains, pattern, not/allOf/anyOf of those; at most `ONE_OF_NEGATIONS` in all); else unsupported (`allow_approximate`: compiled as anyOf) |
-| `not` | exact for types, enum/const of scalars (numbers: excluded points; strings: complement of a finite set, without other string keywords), a `pattern` (strings it does not match, with any other string keywords: `json_string_sets`, a product of automata bounded by `MAX_STATES`), and anyOf of those; and, rewritten as `allOf`/`anyOf` (`json_merge.negation`), for `not`, `allOf`, `anyOf`, `required`, `properties`, `contains` (without min/maxContains) and bounds (`minimum` ... `maxProperties`: a value of their type past them) of such forms (`not: {required: [a]}` is "an object without a") |
+| `not` | exact for types, enum/const of scalars (numbers: excluded points; strings: complement of a finite set, or with other string keywords their strings minus the set, by `json_string_sets`), a `pattern` (strings it does not match, with any other string keywords: `json_string_sets`, a product of automata bounded by `MAX_STATES`), and anyOf of those; and, rewritten as `allOf`/`anyOf` (`json_merge.negation`), for `not`, `allOf`, `anyOf`, `required`, `properties`, `contains` (without min/maxContains) and bounds (`minimum` ... `maxProperties`: a value of their type past them) of such forms (`not: {required: [a]}` is "an object without a") |
 | `if` / `then` / `else` | exact when `if` has such a negation: (if and then) or (not if and else), e.g. a discriminator `{"properties": {"mode": {"const": ...}}, "required": ["mode"]}`; else unsupported |
 | `$ref` `$defs` `definitions` `$anchor` `$id` | local refs, JSON pointers with `~0 ~1`; recursion via `Ref` rules, depth `max_recursion_depth`; remote refs unsupported; 2020-12 siblings of `$ref` are merged, draft-7 siblings ignored |
 | `true` / `{}` / `false` | any JSON value (nesting <= `max_any_depth`) / nothing |
@@ -581,8 +581,9 @@ class Compiler:
                 raise UnsupportedSchemaError("pattern", path, "together with `format` (no exact intersection)")
             body = self.pattern_body(s["pattern"], f"{path}")
         if excluded:
-            if body is not None or lo or hi is not None:
-                raise UnsupportedSchemaError("not", path, "excluding strings together with length/pattern/format")
+            if body is not None or lo or hi is not None:     # the strings of the rest, the values taken out
+                rest = restrict_length(any_string_body() if body is None else body, lo, hi, path=path)
+                return difference(rest, [string_literal(v) for v in excluded], path=path, tries=self.tries)
             return string_not_in(excluded, self.tries)
         if body is None:
             return any_string_body(lo, hi)
