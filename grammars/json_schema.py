@@ -23,7 +23,7 @@ always get at least `max_recursion_depth` levels.
 | numbers (`numbers=`) | "double" (default): valid after `json.loads`, see `grammars.json_doubles` (floats <= 17 significant digits in [5e-324, 1.8e308], bounds on the parsed double, float `multipleOf` as validators divide: bounded ranges listed, unbounded refused); "exact": decimal semantics, the rows below |
 | `multipleOf` | integers: any integer divisor (enumerated ranges, or suffix rules for 2^a5^b); numbers: `10^-k` (fraction digits, no exponent form), integer divisors, or bounded ranges of <= 4096 multiples; decimal semantics (`0.29` is a multiple of `0.01`, unlike float-based validators); else unsupported |
 | `minLength` `maxLength` | exact, in code points (an escape or surrogate pair counts once) |
-| `pattern` | ECMA-262, search semantics, over every JSON spelling of each character; with min/maxLength an exact product (unsupported past a size budget) |
+| `pattern` | ECMA-262, search semantics, over every JSON spelling of each character; with min/maxLength an exact product (unsupported past a size budget); with a known `format`, a product of their automata (`json_string_sets`) |
 | `format` | date, time, date-time, duration, email (dot-atom subset), hostname (<=253 chars subset), ipv4, ipv6, uri, uuid: exact per RFC, plain (unescaped) spelling; any other is an annotation, as 2020-12 has it (not checked, listed in the compile report, no warning) |
 | `properties` `required` | exact; order = `properties` order, then required-only names; optional ones skippable; names written as JSON encoders write them (printable ASCII raw, never `\\u`-escaped) (n optional properties before the first required one cost ~n^2/2 member copies, ~2n^1.5 past 24) |
 | `additionalProperties` | exact, default `true` (extra keys after the declared ones, never repeating a declared name; while an extra key still spells the start of a declared name, its printable ASCII is written raw, not `\\u`-escaped); `strict=True` makes the default `false` |
@@ -566,28 +566,30 @@ class Compiler:
         return self._patterns[pattern]
 
     def _string_body(self, s: dict, excluded: list, path: str, not_patterns: list[str] = ()) -> Node:
-        if not_patterns:        # the strings of the rest, then those the patterns match taken out
-            body = self._string_body(s, [], path)
-            gone = [self.pattern_body(p, path) for p in not_patterns] + [string_literal(v) for v in excluded]
-            return difference(body, gone, path=path, tries=self.tries)
+        """Bodies of the strings valid under the string keywords of `s`, minus the `excluded`
+        values and the strings that `not_patterns` match."""
         lo, hi = s.get("minLength", 0), s.get("maxLength")
         body = None
         if "format" in s:
             body = format_node(s["format"])
             if body is None:     # an annotation (2020-12): any string of the other keywords is valid
                 self.notes.append(SchemaNote("format", path, "annotation", repr(s["format"])))
+        required = []
         if "pattern" in s:
-            if body is not None:
-                raise UnsupportedSchemaError("pattern", path, "together with `format` (no exact intersection)")
-            body = self.pattern_body(s["pattern"], f"{path}")
-        if excluded:
-            if body is not None or lo or hi is not None:     # the strings of the rest, the values taken out
-                rest = restrict_length(any_string_body() if body is None else body, lo, hi, path=path)
-                return difference(rest, [string_literal(v) for v in excluded], path=path, tries=self.tries)
+            pattern = self.pattern_body(s["pattern"], path)
+            if body is None:
+                body = pattern
+            else:                # a format's strings that the pattern matches too: a product (below)
+                required.append(pattern)
+        if not excluded and not not_patterns and not required:
+            return any_string_body(lo, hi) if body is None else restrict_length(body, lo, hi, path=path)
+        if excluded and body is None and not lo and hi is None and not not_patterns:
             return string_not_in(excluded, self.tries)
-        if body is None:
-            return any_string_body(lo, hi)
-        return restrict_length(body, lo, hi, path=path)
+        # lengths first, on the syntax tree (the product's node may split characters across its parts)
+        rest = any_string_body(lo, hi) if body is None else restrict_length(body, lo, hi, path=path)
+        gone = [self.pattern_body(p, path) for p in not_patterns] + [string_literal(v) for v in excluded]
+        return difference(rest, gone, required=required, path=path, tries=self.tries,
+                          keyword="pattern" if required and not gone else "not")
 
     def string_body(self, schema: Any, path: str, base: str) -> Node:
         """Bodies of the strings valid under `schema` (for `propertyNames`)."""

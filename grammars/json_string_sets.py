@@ -1,4 +1,4 @@
-"""Strings of one body but none of others, exactly: `not` of a `pattern`, and what needs it.
+"""Strings of one body but none of others (and all of some), exactly: `not` of a `pattern`, and what needs it.
 
 A string body (`pattern`, `format`, length bounds: a node over the JSON
 *encoded* characters, every spelling of each) cannot be complemented
@@ -42,8 +42,9 @@ MAX_SIZE = 100_000
 
 
 def difference(body: Node, excluded: list[Node], *, path: str, keyword: str = "not",
-               tries: dict | None = None) -> Node:
-    """The texts of `body` that none of `excluded` derives (see the module doc).
+               tries: dict | None = None, required: list[Node] = ()) -> Node:
+    """The texts of `body` that none of `excluded` derives, and every one of `required` does
+    (see the module doc).
 
     `tries`: the grammar's ``info["tries"]``, where the automaton is noted for the NFA
     to build it state by state (see `fragments.automaton`).
@@ -51,11 +52,11 @@ def difference(body: Node, excluded: list[Node], *, path: str, keyword: str = "n
     Raises:
         UnsupportedSchemaError: the product or the node written back passes its bound.
     """
-    if not excluded:
+    if not excluded and not required:
         return body
     try:
-        dfas = [LazyDFA(Grammar({"start": n}), max_states=MAX_STATES) for n in (body, *excluded)]
-        edges, accepting = _product(dfas, path, keyword)
+        dfas = [LazyDFA(Grammar({"start": n}), max_states=MAX_STATES) for n in (body, *required, *excluded)]
+        edges, accepting = _product(dfas, len(required), path, keyword)
     except StateBudgetError:
         raise _refuse(keyword, path, f"an automaton of more than {MAX_STATES} states") from None
     live = _coreachable(edges, accepting)
@@ -87,9 +88,12 @@ def _classes(dfas: list[LazyDFA]) -> list[tuple[int, int]]:
     return [(first[k], m) for k, m in groups.items()]
 
 
-def _product(dfas: list[LazyDFA], path: str, keyword: str) -> tuple[list[dict[int, int]], set[int]]:
-    """Per product state its edges (target -> byte mask), and the accepting states; state 0 is the start."""
+def _product(dfas: list[LazyDFA], n_required: int, path: str,
+             keyword: str) -> tuple[list[dict[int, int]], set[int]]:
+    """Per product state its edges (target -> byte mask), and the accepting states; state 0 is the start.
+    `dfas`: the body, then `n_required` that must accept too, then those that must not."""
     head, rest = dfas[0], dfas[1:]
+    need = rest[:n_required]
     classes = _classes(dfas)
     start = tuple(d.initial for d in dfas)
     index = {start: 0}
@@ -97,7 +101,8 @@ def _product(dfas: list[LazyDFA], path: str, keyword: str) -> tuple[list[dict[in
     edges: list[dict[int, int]] = []
     accepting: set[int] = set()
     for i, q in enumerate(order):
-        if head.is_accepting(q[0]) and not any(d.is_accepting(s) for d, s in zip(rest, q[1:])):
+        if (head.is_accepting(q[0]) and all(d.is_accepting(s) for d, s in zip(need, q[1:]))
+                and not any(d.is_accepting(s) for d, s in zip(rest[n_required:], q[1 + n_required:]))):
             accepting.add(i)
         out: dict[int, int] = {}
         for byte, mask in classes:
@@ -105,6 +110,8 @@ def _product(dfas: list[LazyDFA], path: str, keyword: str) -> tuple[list[dict[in
             if first < 0:
                 continue
             nxt = (first, *(d.next_state(s, byte) if s >= 0 else s for d, s in zip(rest, q[1:])))
+            if any(s < 0 for s in nxt[1:1 + n_required]):
+                continue                                  # a required body can no longer match
             j = index.get(nxt)
             if j is None:
                 if len(order) >= MAX_STATES:

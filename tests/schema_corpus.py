@@ -297,6 +297,9 @@ CORPUS: list[dict] = [
     case("not_values_with_length", {"type": "string", "maxLength": 3, "pattern": "^[a-z]",
                                     "not": {"enum": ["abc", "ab", 1]}},
          ["a", "abd", "b\u00e9"], ["abc", "ab", "abcd", "1", 1, ""]),
+    case("pattern_with_format", {"type": "string", "format": "date", "pattern": "^2024-", "maxLength": 10},
+         ["2024-01-31", "2024-12-01"], ["2023-01-31", "2024-02-30", "2024-1-1", "x"],
+         hypothesis=False),   # (hypothesis-jsonschema finds no date that the pattern filters in)
     case("not_pattern_or_value", {"type": "string", "not": {"anyOf": [{"pattern": "^a"}, {"pattern": "b$"},
                                                                       {"enum": ["zz"]}]}},
          ["cc", "", "ba"], ["ax", "xb", "zz", "a", "b"]),
