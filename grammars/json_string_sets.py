@@ -76,16 +76,14 @@ def _refuse(keyword: str, path: str, why: str) -> UnsupportedSchemaError:
     return UnsupportedSchemaError(keyword, path, f"the strings it excludes need {why}")
 
 
-def _classes(dfas: list[LazyDFA]) -> list[tuple[int, int]]:
-    """(a byte of it, mask of its bytes) per class of bytes that no DFA tells apart."""
+def _classes(dfas: list[LazyDFA]) -> list[tuple[int, tuple[int, ...]]]:
+    """(mask of its bytes, each DFA's class of them) per class of bytes that no DFA tells apart."""
     per_dfa = [d.byte_class.tolist() for d in dfas]
     groups: dict[tuple[int, ...], int] = {}
-    first: dict[tuple[int, ...], int] = {}
     for b in range(256):
         key = tuple(bc[b] for bc in per_dfa)
         groups[key] = groups.get(key, 0) | 1 << b
-        first.setdefault(key, b)
-    return [(first[k], m) for k, m in groups.items()]
+    return [(m, k) for k, m in groups.items()]
 
 
 def _product(dfas: list[LazyDFA], n_required: int, path: str,
@@ -93,31 +91,38 @@ def _product(dfas: list[LazyDFA], n_required: int, path: str,
     """Per product state its edges (target -> byte mask), and the accepting states; state 0 is the start.
     `dfas`: the body, then `n_required` that must accept too, then those that must not."""
     head, rest = dfas[0], dfas[1:]
-    need = rest[:n_required]
+    need, avoid = rest[:n_required], rest[n_required:]
     classes = _classes(dfas)
     start = tuple(d.initial for d in dfas)
     index = {start: 0}
     order = [start]
     edges: list[dict[int, int]] = []
     accepting: set[int] = set()
+    k = len(dfas)
     for i, q in enumerate(order):
         if (head.is_accepting(q[0]) and all(d.is_accepting(s) for d, s in zip(need, q[1:]))
-                and not any(d.is_accepting(s) for d, s in zip(rest[n_required:], q[1 + n_required:]))):
+                and not any(d.is_accepting(s) for d, s in zip(avoid, q[1 + n_required:]))):
             accepting.add(i)
+        rows = [d.row(s) if s >= 0 else None for d, s in zip(dfas, q)]   # next state per byte class
+        first_row = rows[0]
         out: dict[int, int] = {}
-        for byte, mask in classes:
-            first = head.next_state(q[0], byte)
+        for mask, cls in classes:
+            first = first_row[cls[0]]
             if first < 0:
                 continue
-            nxt = (first, *(d.next_state(s, byte) if s >= 0 else s for d, s in zip(rest, q[1:])))
-            if any(s < 0 for s in nxt[1:1 + n_required]):
+            nxt = [first]
+            for x in range(1, k):
+                row = rows[x]
+                nxt.append(row[cls[x]] if row is not None else -1)
+            if n_required and min(nxt[1:1 + n_required]) < 0:
                 continue                                  # a required body can no longer match
-            j = index.get(nxt)
+            key = tuple(nxt)
+            j = index.get(key)
             if j is None:
                 if len(order) >= MAX_STATES:
                     raise _refuse(keyword, path, f"more than {MAX_STATES} automaton states")
-                j = index[nxt] = len(order)
-                order.append(nxt)
+                j = index[key] = len(order)
+                order.append(key)
             out[j] = out.get(j, 0) | mask
         edges.append(out)
     return edges, accepting
