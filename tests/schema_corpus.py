@@ -94,6 +94,20 @@ CORPUS: list[dict] = [
     case("const_object", {"const": {"x": 1, "y": "z"}}, [{"x": 1, "y": "z"}, {"y": "z", "x": 1}],
          [{"x": 1}, {"x": 1, "y": "z", "w": 0}]),
     case("enum_with_type", {"type": "string", "enum": ["a", 1, "b"]}, ["a", "b"], [1, "c"]),
+    # siblings of an enum: vendor and unknown keywords assert nothing; a keyword for one type
+    # refuses only values of that type; the rest filter the values
+    case("enum_beside_unknown_keywords", {"enum": ["a", 1, {"k": 1}], "propertyOrder": 3, "readonly": True,
+                                          "x-ui": {"minLength": 5}},
+         ["a", 1, {"k": 1}], ["b", 2, {"k": 2}, None]),
+    case("enum_beside_keywords_of_other_types", {"enum": ["ab", 3, [1], "b", None], "minimum": 5,
+                                                 "maxLength": 1, "minItems": 2, "required": ["q"]},
+         ["b", None], ["ab", 3, [1], 5]),
+    case("enum_beside_keywords_filtering", {"enum": ["ab", "abc", 3, 7, {"k": 1}, {}], "maxLength": 2, "minimum": 5,
+                                            "required": ["k"], "description": "d"},
+         ["ab", 7, {"k": 1}], ["abc", 3, {}, "a"]),
+    case("enum_key_names_beside_keywords", {"type": "object", "propertyNames": {
+        "enum": ["a", "bb", "ccc"], "maxLength": 2, "x-note": 1}},
+        [{}, {"a": 1, "bb": 2}], [{"ccc": 1}, {"d": 1}]),
     # -- objects -------------------------------------------------------------------
     case("if_then_else_discriminator", {
         "type": "object", "properties": {"mode": {"enum": ["search", "extract"]}, "pattern": {"type": "string"},
