@@ -33,20 +33,25 @@ from typing import TYPE_CHECKING, Any
 from grammars.ast import EMPTY, NOTHING, Node, alt, optional, seq
 from grammars.errors import UnsupportedSchemaError
 from grammars.json_checks import dependent_names
-from grammars.json_strings import key_literal, quoted, string_not_in
+from grammars.json_string_sets import difference
+from grammars.json_strings import any_string_body, key_literal, quoted, string_literal, string_not_in
 from grammars.json_length import expanded_size
 from grammars.json_values import counted, union, unit
 
 if TYPE_CHECKING:
     from grammars.json_schema import Compiler
 
-__all__ = ["object_node", "dependencies", "dependency_names", "ANY_ORDER_LIMIT", "DEPENDENCY_LIMIT"]
+__all__ = ["object_node", "dependencies", "dependency_names", "ANY_ORDER_LIMIT", "DEPENDENCY_LIMIT",
+           "PATTERN_GROUPS_LIMIT"]
 
 ANY_ORDER_LIMIT = 6
 _DEPENDENCY_KEYS = frozenset(("dependentRequired", "dependentSchemas", "dependencies"))
 # Properties that `dependentRequired` / `dependentSchemas` / `dependencies` may mention in one object:
 # the layout tracks which of them are present.
 DEPENDENCY_LIMIT = 12
+# Patterns with different schemas in one object's patternProperties: a key's names are split
+# into 2^n - 1 groups by the patterns it matches.
+PATTERN_GROUPS_LIMIT = 4
 
 
 def object_node(c: "Compiler", s: dict, path: str, base: str) -> Node:
@@ -205,36 +210,69 @@ def _pattern_member(c: "Compiler", declared: set, patterns: dict, extra: Any, na
                     path: str, base: str) -> Node | None:
     """key:value of one member that no declared name spells.
 
-    When a pattern matches every name (`.*`, `^[a-z]*` under search semantics, proven on the
-    automata: `Compiler.pattern_universal`), additionalProperties never applies: such a
-    member is any other name with the patterns' schema (declared names have theirs merged
-    with it, `_declared_schema`). Otherwise the names are the patterns' and additionalProperties
-    must be false: the names matching none would need the complement of the patterns.
+    A key's value must satisfy the schema of every pattern it matches, and
+    additionalProperties when it matches none. The simple cases keep plain
+    nodes: when a pattern matches every name (`.*`, `^[a-z]*` under search
+    semantics, proven on the automata: `Compiler.pattern_universal`) and all
+    patterns share one schema, a member is any other name with that schema;
+    with additionalProperties false, one schema and no declared name matching
+    a pattern, the names are the patterns'. Otherwise the names of each group
+    (the patterns matched, or none) are computed exactly as strings of some
+    bodies and not of others (`json_string_sets.difference`, which also leaves
+    out every spelling of the declared names), each group with its schemas
+    merged: at most `PATTERN_GROUPS_LIMIT` patterns of different schemas.
     """
     where = f"{path}.patternProperties"
-    universal = any(c.pattern_universal(p, where) for p in patterns)
-    if extra is not False and not universal:
-        raise UnsupportedSchemaError("patternProperties", path, "needs additionalProperties: false "
-                                     "(other keys would need the complement of the patterns)")
-    schemas = list(patterns.values())
-    if len({json.dumps(v, sort_keys=True, default=str) for v in schemas}) > 1:
-        raise UnsupportedSchemaError("patternProperties", path, "several patterns with different schemas "
-                                     "(a key matching two of them must satisfy both)")
     if names_schema is not True:
         raise UnsupportedSchemaError("propertyNames", path, "together with patternProperties")
-    if universal:
+    every = {p for p in patterns if c.pattern_universal(p, where)}      # patterns matching every name
+    universal = bool(every)
+    schemas = list(patterns.values())
+    same = len({json.dumps(v, sort_keys=True, default=str) for v in schemas}) == 1
+    if universal and same:
         value = c.node(schemas[0], where, base)
         return None if value == NOTHING else seq(quoted(string_not_in(declared, c.tries)), c.ws.colon, value)
-    for name in sorted(declared):
-        for p in patterns:
-            if c.pattern_matches(p, name, where):
-                raise UnsupportedSchemaError("patternProperties", path, f"declared property {name!r} matches "
-                                             f"pattern {p!r} (its duplicates cannot be excluded)")
-    key = alt(*(c.pattern_body(p, f"{path}.patternProperties") for p in patterns))
-    value = c.node(schemas[0], f"{path}.patternProperties", base)
-    if value == NOTHING:
-        return None
-    return seq(quoted(key), c.ws.colon, value)
+    clash = any(c.pattern_matches(p, name, where) for name in declared for p in patterns)
+    if same and (extra is False or universal) and not clash:
+        value = c.node(schemas[0], where, base)
+        if value == NOTHING:
+            return None
+        return seq(quoted(alt(*(c.pattern_body(p, where) for p in patterns))), c.ws.colon, value)
+    bodies = {p: c.pattern_body(p, where) for p in patterns}
+    names = [string_literal(n) for n in sorted(declared)]       # every spelling of each
+    # (bodies a key matches, bodies it does not, the schemas its value must satisfy, their path)
+    groups: list[tuple[list[Node], list[Node], list[Any], str]] = []
+    if same:
+        groups.append(([alt(*bodies.values())], [], schemas[:1], where))
+    else:
+        if len(patterns) > PATTERN_GROUPS_LIMIT:
+            raise UnsupportedSchemaError("patternProperties", path, f"more than {PATTERN_GROUPS_LIMIT} patterns "
+                                         "with different schemas (each set of patterns a key may match is a "
+                                         "group of its own)")
+        items = list(patterns.items())
+        for chosen in range(1, 1 << len(items)):
+            inside = [i for i in range(len(items)) if chosen >> i & 1]
+            if any(not chosen >> i & 1 for i, (p, _) in enumerate(items) if p in every):
+                continue                   # every name matches those: none is outside them
+            matched = [bodies[items[i][0]] for i in inside if items[i][0] not in every]
+            groups.append((matched or [any_string_body(0, None)],
+                           [bodies[p] for i, (p, _) in enumerate(items) if not chosen >> i & 1],
+                           [items[i][1] for i in inside], where))
+    if extra is not False and not universal:
+        groups.append(([any_string_body(0, None)], list(bodies.values()), [extra], f"{path}.additionalProperties"))
+    parts = []
+    for required, others, subs, at in groups:
+        key = difference(required[0], others + names, required=required[1:], path=path,
+                         keyword="patternProperties", tries=c.tries)
+        if key == NOTHING:                 # e.g. two patterns no key matches both of
+            continue
+        schema = subs[0]
+        for other in subs[1:]:
+            schema = c.merger.merge(schema, other, at)
+        value = c.node(schema, at, base)
+        if value != NOTHING:
+            parts.append(seq(quoted(key), c.ws.colon, value))
+    return alt(*parts) if parts else None
 
 
 class _Layout:

@@ -27,7 +27,7 @@ always get at least `max_recursion_depth` levels.
 | `format` | date, time, date-time, duration, email (dot-atom subset), hostname (<=253 chars subset), ipv4, ipv6, uri, uuid: exact per RFC, plain (unescaped) spelling; any other is an annotation, as 2020-12 has it (not checked, listed in the compile report, no warning) |
 | `properties` `required` | exact; order = `properties` order, then required-only names; optional ones skippable; names written as JSON encoders write them (printable ASCII raw, never `\\u`-escaped) (n optional properties before the first required one cost ~n^2/2 member copies, ~2n^1.5 past 24) |
 | `additionalProperties` | exact, default `true` (extra keys after the declared ones, never repeating a declared name; while an extra key still spells the start of a declared name, its printable ASCII is written raw, not `\\u`-escaped); `strict=True` makes the default `false` |
-| `patternProperties` | with `additionalProperties: false`, one schema for all patterns, no declared name matching a pattern; else unsupported |
+| `patternProperties` | exact: each group of names (the patterns it matches, or none: `additionalProperties`) by the automata; up to 4 patterns of different schemas |
 | `propertyNames` | exact for declared names; extra keys: when no declared name is admitted, or as an `enum` |
 | `minProperties` `maxProperties` | exact (counted over declared + additional members); unsupported when the counted layout exceeds the size budget (400k NFA states) |
 | `items` `prefixItems` `minItems` `maxItems` | exact; draft-7 `items: [...]` + `additionalItems` too |
@@ -634,7 +634,9 @@ class Compiler:
             sub = Compiler(self.root, ws=Whitespace.of(WhitespacePolicy.named("compact")), strict=self.strict,
                            allow_approximate=self.approximate, numbers=self.numbers)
             node = sub.node(schema, path, base)
-            hit = (schema, LazyDFA(Grammar({"start": node, **sub.rules}), max_depth=64))
+            # (its tries and automata noted: the NFA builds those from the notes, not their nodes)
+            grammar = Grammar({"start": node, **sub.rules}, "start", {"tries": sub.tries}, check_refs=False)
+            hit = (schema, LazyDFA(grammar, max_depth=64))
             self._acceptors[id(schema)] = hit
         return hit[1].matches(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
 

@@ -29,6 +29,8 @@ Example:
 
 from __future__ import annotations
 
+import heapq
+
 from grammars.ast import EMPTY, NOTHING, Alt, ByteSet, Grammar, Node, Seq, alt, seq, star
 from grammars.dfa import LazyDFA
 from grammars.errors import StateBudgetError, UnsupportedSchemaError
@@ -240,11 +242,20 @@ def _paths(e: int, inside: set[int], succ: dict[int, dict[int, int]], accepting:
                 leave.append(Seq((ByteSet(mask), made[j])))   # (not `seq`: it would splice the shared node)
         if leave:
             out[s][final] = into[final][s] = alt(*leave)
-    todo = set(inside)
-    while todo:
+    def rank(x: int) -> tuple[bool, int, int]:
         # the state with the fewest paths through it goes first (keeps the expression small)
-        k = min(todo, key=lambda x: (x == last, (len(into[x]) - (x in into[x])) * (len(out[x]) - (x in out[x])), x))
+        return x == last, (len(into[x]) - (x in into[x])) * (len(out[x]) - (x in out[x])), x
+
+    todo = set(inside)
+    heap = [rank(x) for x in todo]           # a state's rank is pushed again whenever it changes
+    heapq.heapify(heap)
+    while todo:
+        key = heapq.heappop(heap)
+        k = key[2]
+        if k not in todo or key != rank(k):
+            continue                         # eliminated, or ranked since
         todo.discard(k)
+        touched = [x for x in (*into[k], *out[k]) if x in todo and x != k]
         loop = out[k].pop(k, None)
         into[k].pop(k, None)
         middle = star(loop) if loop is not None else EMPTY
@@ -257,6 +268,8 @@ def _paths(e: int, inside: set[int], succ: dict[int, dict[int, int]], accepting:
         for j in out[k]:
             del into[j][k]
         del out[k], into[k]
+        for x in set(touched):
+            heapq.heappush(heap, rank(x))
     return out[start].get(final, NOTHING)
 
 

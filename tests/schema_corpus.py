@@ -161,6 +161,19 @@ CORPUS: list[dict] = [
                                            "patternProperties": {".*": {"type": ["string", "integer"], "maxLength": 3}},
                                            "additionalProperties": {"type": "null"}},
          [{}, {"n": 1, "x": "ab", "y\nz": 7}, {"": "a"}], [{"x": None}, {"x": "abcd"}, {"n": "1"}, {"x": [1]}]),
+    # names matching no pattern take additionalProperties; a name matching several patterns
+    # satisfies each one's schema; extra names never spell a declared one (in any escape)
+    case("pattern_properties_beside_additional", {"type": "object", "properties": {"a": {"type": "string"}},
+                                                  "patternProperties": {"^x-": {"type": "integer"}}},
+         [{}, {"a": "s", "x-1": 2, "zz": None}, {"b": "s"}, {"x-": 0}], [{"x-1": "s"}, {"a": 1}, {"a": "s", "x-q": []}]),
+    case("pattern_properties_overlapping", {"type": "object", "patternProperties": {
+        "^a": {"type": "integer"}, "b$": {"minimum": 5}}, "additionalProperties": {"type": "string"}},
+         [{}, {"ab": 5}, {"a": 1}, {"b": 7}, {"b": "x"}, {"c": "s", "axb": 9}],
+         [{"ab": 4}, {"ab": "5"}, {"a": "1"}, {"b": 4}, {"c": 1}]),
+    case("pattern_properties_match_a_declared_name", {"type": "object", "properties": {"abc": {"maxLength": 2}},
+                                                      "patternProperties": {"^a": {"type": "string"}},
+                                                      "additionalProperties": False},
+         [{}, {"abc": "x"}, {"abd": "xyz"}, {"abc": "xy", "ab": "y"}], [{"abc": "xyz"}, {"abd": 1}, {"b": "x"}]),
     case("pattern_properties_unanchored_end", {"type": "object", "patternProperties": {"^[a-z]*": {"type": "boolean"}}},
          [{}, {"A-1": True, "b": False}], [{"a": 1}, {"Z": None}]),
     case("property_names", {"type": "object", "propertyNames": {"maxLength": 3}, "additionalProperties": {"type": "integer"}},

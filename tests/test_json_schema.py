@@ -400,7 +400,8 @@ UNSUPPORTED = [
     ({"allOf": [{"pattern": "a"}, {"pattern": "b"}]}, "pattern", "$.allOf[1]"),
     ({"type": "number", "multipleOf": 0.3}, "multipleOf", "$"),
     ({"not": {"type": "string", "format": "date"}}, "not", "$"),
-    ({"type": "object", "patternProperties": {"^a": {"type": "integer"}}}, "patternProperties", "$"),
+    ({"type": "object", "patternProperties": {f"^{c}": {"maxLength": i} for i, c in enumerate("abcde")}},
+     "patternProperties", "$"),                         # 2^5 - 1 groups of names
 ]
 
 
@@ -501,18 +502,26 @@ def test_compile_warns_each_note_once_and_keeps_the_report(vocabulary):
         assert compile_json_schema(schema, gpt2_vocab) is fsm                # a cache hit warns nothing
 
 
-def test_pattern_properties_beside_additional_need_a_pattern_matching_every_name():
+def test_pattern_properties_beside_additional_properties_split_the_names():
     from grammars.json_schema import json_schema_grammar
 
-    # `^.*$` misses names holding a newline (ECMA `.`), `.+` the empty name: those would take
-    # additionalProperties, the complement of the patterns, which is refused
-    for pattern in ("^.*$", ".+"):
-        with pytest.raises(UnsupportedSchemaError, match="complement of the patterns"):
-            json_schema_grammar({"patternProperties": {pattern: {"type": "integer"}},
+    # `^.*$` misses names holding a newline (ECMA `.`), `.+` the empty name: those take
+    # additionalProperties, the names matching no pattern
+    for pattern, other in (("^.*$", "a\\nb"), (".+", "")):
+        g = json_schema_grammar({"patternProperties": {pattern: {"type": "integer"}},
                                  "additionalProperties": {"type": "string"}})
+        dfa = LazyDFA(g, max_depth=g.info["max_depth"])
+        assert dfa.matches(b'{"x": 1}') and not dfa.matches(b'{"x": "1"}')
+        assert dfa.matches(b'{"%s": "1"}' % other.encode()) and not dfa.matches(b'{"%s": 1}' % other.encode())
     g = json_schema_grammar({"patternProperties": {"(?:)": {"type": "integer"}}, "additionalProperties": False})
     dfa = LazyDFA(g)
     assert dfa.matches(b'{"any name": 1}') and not dfa.matches(b'{"x": "1"}')
+    # a pattern's names are matched on the decoded string, and never spell a declared name
+    g = json_schema_grammar({"properties": {"abc": {"maxLength": 2}}, "patternProperties": {"^a": {"type": "string"}},
+                             "additionalProperties": False})
+    dfa = LazyDFA(g, max_depth=g.info["max_depth"])
+    assert dfa.matches(b'{"\\u0061bd": "xyz"}') and not dfa.matches(b'{"\\u0061bd": 1}')
+    assert not dfa.matches(b'{"\\u0061bc": "xyz"}') and not dfa.matches(b'{"ab\\u0063": "x"}')
 
 
 def test_draft4_id_is_its_identifier_not_an_unknown_keyword():
