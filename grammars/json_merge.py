@@ -194,6 +194,18 @@ def negation(s: Schema) -> Schema | None:
     return parts[0] if len(parts) == 1 else {"anyOf": parts}
 
 
+# Keywords that look at instances of one JSON type only (every value of another type passes them).
+KEYWORD_TYPE = {
+    **dict.fromkeys(("minLength", "maxLength", "pattern", "format"), "string"),
+    **dict.fromkeys(("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"), "number"),
+    **dict.fromkeys(("properties", "patternProperties", "additionalProperties", "required", "minProperties",
+                     "maxProperties", "propertyNames", "dependentRequired", "dependentSchemas", "dependencies",
+                     "unevaluatedProperties"), "object"),
+    **dict.fromkeys(("items", "prefixItems", "additionalItems", "contains", "minContains", "maxContains",
+                     "minItems", "maxItems", "uniqueItems", "unevaluatedItems"), "array"),
+}
+
+
 def type_set(s: Schema) -> set[str]:
     """Types an instance of `s` may have, from `type` and `enum` only."""
     if s is False:
@@ -236,7 +248,54 @@ def disjoint(a: Schema, b: Schema) -> bool:
         da, db = _discriminators(a), _discriminators(b)
         if any(not da[k] & db[k] for k in da.keys() & db.keys()):
             return True
+        return _objects_disjoint(a, b)
     return False
+
+
+def _forbids(s: dict, name: str) -> bool:
+    """No object valid under `s` has a member `name` (`properties` false, or not declared
+    where `additionalProperties` is false and no pattern may take it)."""
+    props = s.get("properties", {})
+    if not isinstance(props, dict):
+        return False
+    if name in props:
+        return props[name] is False
+    return s.get("additionalProperties", True) is False and not s.get("patternProperties")
+
+
+def _objects_disjoint(a: dict, b: dict) -> bool:
+    """No object is valid under both: one requires a member the other forbids, or both
+    require a member whose schemas are disjoint."""
+    ra = [k for k in a.get("required", ()) if isinstance(k, str)]
+    rb = [k for k in b.get("required", ()) if isinstance(k, str)]
+    if any(_forbids(b, k) for k in ra) or any(_forbids(a, k) for k in rb):
+        return True
+    pa, pb = a.get("properties", {}), b.get("properties", {})
+    if not (isinstance(pa, dict) and isinstance(pb, dict)):
+        return False
+    return any(k in pa and k in pb and disjoint(pa[k], pb[k]) for k in set(ra) & set(rb))
+
+
+def whole_types(s: Schema) -> set[str]:
+    """Types of which `s` accepts every value (a sufficient check: its assertions all look at
+    other types). "integer" and "number" count only together."""
+    if s is True:
+        return set(TYPES)
+    if not isinstance(s, dict) or "enum" in s or "const" in s:
+        return set()
+    from grammars.json_checks import KNOWN_KEYWORDS   # (it imports this module)
+
+    out = type_set(s)
+    for key in s:
+        if key == "type" or key in ANNOTATIONS or key not in KNOWN_KEYWORDS:
+            continue
+        t = KEYWORD_TYPE.get(key)
+        if t is None:                    # a keyword for every type (allOf, not, $ref, ...)
+            return set()
+        out.discard(t)
+    if "number" not in out:
+        out.discard("integer")
+    return out
 
 
 class Merger:

@@ -34,7 +34,7 @@ always get at least `max_recursion_depth` levels.
 | `contains` `minContains` `maxContains` | exact on arrays (`json_arrays`), other types unaffected: at least `minContains` (default 1; 0: no lower bound) items valid under `contains`, any schema that compiles; `maxContains` exact when `contains` has a negation (`json_merge.negation`: types, enum/const, required, properties, not/allOf/anyOf of those), else unsupported; with `prefixItems`, `minItems` or `maxItems` a (position, count) product, unsupported past the size budget; `allOf` of two different `contains` unsupported; draft-06/07: `min/maxContains` ignored, draft-04: `contains` ignored (as those drafts' validators do; reported) |
 | `allOf` | real merge (types intersect, bounds tighten, properties merge recursively, required union, anyOf/oneOf distribute); unmergeable pairs unsupported |
 | `anyOf` | exact (each branch merged with the sibling keywords) |
-| `oneOf` | exact: branches provably disjoint (types, enum values, or a required discriminator property with distinct const/enum) as they are; a branch that may overlap others holds with their negations (`json_merge.negation`: types, enum/const, bounds, required, properties, contains, pattern, not/allOf/anyOf of those; at most `ONE_OF_NEGATIONS` in all); else unsupported (`allow_approximate`: compiled as anyOf) |
+| `oneOf` | exact: branches provably disjoint (types, enum values, a required discriminator property with distinct const/enum, or a member one requires and the other forbids) as they are; types of which two branches take every value (no type and only object keywords) left out of both; a branch that may overlap others holds with their negations (`json_merge.negation`: types, enum/const, bounds, required, properties, contains, pattern, not/allOf/anyOf of those; at most `ONE_OF_NEGATIONS` in all); else unsupported (`allow_approximate`: compiled as anyOf) |
 | `not` | exact for types, enum/const of scalars (numbers: excluded points; strings: complement of a finite set, or with other string keywords their strings minus the set, by `json_string_sets`), a `pattern` (strings it does not match, with any other string keywords: `json_string_sets`, a product of automata bounded by `MAX_STATES`), and anyOf of those; and, rewritten as `allOf`/`anyOf` (`json_merge.negation`), for `not`, `allOf`, `anyOf`, `required`, `properties`, `contains` (without min/maxContains) and bounds (`minimum` ... `maxProperties`: a value of their type past them) of such forms (`not: {required: [a]}` is "an object without a") |
 | `if` / `then` / `else` | exact when `if` has such a negation: (if and then) or (not if and else), e.g. a discriminator `{"properties": {"mode": {"const": ...}}, "required": ["mode"]}`; else unsupported |
 | `$ref` `$defs` `definitions` `$anchor` `$id` | local refs, JSON pointers with `~0 ~1`; recursion via `Ref` rules, depth `max_recursion_depth`; remote refs unsupported; 2020-12 siblings of `$ref` are merged, draft-7 siblings ignored |
@@ -77,7 +77,9 @@ from grammars.json_doubles import (
 )
 from grammars.json_formats import format_node
 from grammars.json_length import DEFAULT_SIZE_BUDGET, restrict_length
-from grammars.json_merge import ANNOTATIONS, NOT_IN_DRAFT, TYPES, Merger, disjoint, negation, normalize
+from grammars.json_merge import (
+    ANNOTATIONS, KEYWORD_TYPE, NOT_IN_DRAFT, TYPES, Merger, disjoint, negation, normalize, type_set, whole_types,
+)
 from grammars.json_numbers import (
     ANY_NUMBER, Interval, integer_multiples, literal_set, number_interval, number_value,
 )
@@ -103,17 +105,6 @@ __all__ = ["json_schema_grammar", "load_schema", "WhitespacePolicy", "Compiler"]
 
 _NUMERIC = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
 _NUMBER_ENUM_LIMIT = 1024
-# Keywords that look at instances of one JSON type only (every other value passes them):
-# beside an `enum`, one that no listed value's type meets is not checked against the values.
-_KEYWORD_TYPE = {
-    **dict.fromkeys(("minLength", "maxLength", "pattern", "format"), "string"),
-    **dict.fromkeys(_NUMERIC, "number"),
-    **dict.fromkeys(("properties", "patternProperties", "additionalProperties", "required", "minProperties",
-                     "maxProperties", "propertyNames", "dependentRequired", "dependentSchemas", "dependencies",
-                     "unevaluatedProperties"), "object"),
-    **dict.fromkeys(("items", "prefixItems", "additionalItems", "contains", "minContains", "maxContains",
-                     "minItems", "maxItems", "uniqueItems", "unevaluatedItems"), "array"),
-}
 # A `oneOf` whose branches may overlap holds each branch with the negations of those it may overlap:
 # at most this many negations in all (each can multiply the branches of the merged schema).
 ONE_OF_NEGATIONS = 16
@@ -341,6 +332,14 @@ class Compiler:
         for i in range(len(flat)):
             for j in range(i + 1, len(flat)):
                 if disjoint(flat[i], flat[j]):
+                    continue
+                # types of which both take every value never hold "exactly one": without them the
+                # two may be disjoint (objects without type: `required` against `additionalProperties`)
+                free = whole_types(flat[i]) & whole_types(flat[j])
+                if free and disjoint(_without_types(flat[i], free), _without_types(flat[j], free)):
+                    rest = [t for t in TYPES if t not in free]
+                    excluded[i].append({"type": rest})
+                    excluded[j].append({"type": rest})
                     continue
                 why = self._overlap(s["oneOf"], (i, j), excluded, path, base)
                 if why is not None:
@@ -684,11 +683,19 @@ class Compiler:
 _UNIVERSAL_PAIRS = 512
 
 
+def _without_types(s: Any, types: set[str]) -> Any:
+    """`s` limited to its types not in `types` (for `disjoint`)."""
+    if not isinstance(s, dict):
+        return s
+    rest = type_set(s) - types
+    return {**s, "type": [t for t in TYPES if t in rest and not (t == "integer" and "number" in rest)]}
+
+
 def _enum_checks(s: dict, handled: tuple[str, ...]) -> dict:
     """The keywords of `s` (but `handled`) that may refuse some value of its `enum`.
 
     Annotations, unknown and vendor keywords assert nothing, and a keyword
-    for one JSON type (`_KEYWORD_TYPE`) passes the values of every other
+    for one JSON type (`KEYWORD_TYPE`) passes the values of every other
     type: checking values against those built an automaton per schema for
     nothing (a median schema's `propertyOrder` or `readonly` beside an enum
     made its grammar 5x slower).
@@ -697,7 +704,7 @@ def _enum_checks(s: dict, handled: tuple[str, ...]) -> dict:
     if "integer" in present:
         present.add("number")
     return {k: v for k, v in s.items() if k in KNOWN_KEYWORDS and k not in ANNOTATIONS and k not in handled
-            and (k not in _KEYWORD_TYPE or _KEYWORD_TYPE[k] in present)}
+            and (k not in KEYWORD_TYPE or KEYWORD_TYPE[k] in present)}
 
 
 def _regex(pattern: str, encode: Any) -> Node:

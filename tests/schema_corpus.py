@@ -257,6 +257,20 @@ CORPUS: list[dict] = [
     case("oneOf_overlapping_required", {"oneOf": [{"type": "object", "required": ["a"]},
                                                   {"type": "object", "required": ["b"]}]},
          [{"a": 1}, {"b": None}, {"a": 1, "c": 2}], [{"a": 1, "b": 2}, {}, {"c": 1}, 5]),
+    # objects one branch requires a member of that the other forbids (additionalProperties false)
+    # are disjoint; without a type both take every non-object, which "exactly one" then refuses
+    case("oneOf_required_against_closed", {"oneOf": [
+        {"properties": {"a": {"type": "integer"}, "th": {}}, "required": ["a", "th"], "additionalProperties": False},
+        {"properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": False}]},
+         [{"a": 1, "th": 2}, {"a": 1}], [{"a": 1, "z": 1}, {}, "s", 1, None, [], {"th": 1}]),
+    case("oneOf_closed_objects_typed", {"oneOf": [
+        {"type": "object", "required": ["graph"], "additionalProperties": False, "properties": {"graph": {}}},
+        {"type": "object", "additionalProperties": False, "properties": {"graphs": {"type": "array"}}}]},
+         [{"graph": 1}, {}, {"graphs": []}], [{"graph": 1, "graphs": []}, "x", {"graphs": 1}]),
+    case("oneOf_required_values_disjoint", {"oneOf": [
+        {"type": "object", "required": ["v"], "properties": {"v": {"type": "string"}}},
+        {"type": "object", "required": ["v"], "properties": {"v": {"type": "integer"}}}]},
+         [{"v": "s"}, {"v": 1, "w": 2}], [{"v": None}, {}, {"w": 1}]),
     case("oneOf_string_or_enum", {"oneOf": [{"type": "string"}, {"enum": ["a", "b", 1]}]},
          ["c", "", 1], ["a", "b", 2, None]),
     case("oneOf_overlapping_properties", {"type": "object", "oneOf": [
