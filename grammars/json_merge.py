@@ -396,14 +396,24 @@ class Merger:
             return
         if not sides:
             return
-        if a.get("patternProperties") or b.get("patternProperties"):
-            raise UnsupportedSchemaError("patternProperties", path, "allOf of schemas with patternProperties")
         pa, pb = a.get("properties", {}), b.get("properties", {})
         ea, eb = a.get("additionalProperties", True), b.get("additionalProperties", True)
+        qa, qb = a.get("patternProperties") or {}, b.get("patternProperties") or {}
+        if (qa or qb) and (ea is not True or eb is not True):
+            # a side's additionalProperties covers the names its own properties and patterns miss,
+            # which the other side's patterns would take in the merged schema
+            raise UnsupportedSchemaError("patternProperties", path, "allOf of schemas with patternProperties, "
+                                         "one of them with additionalProperties")
         props = {}
         for name in list(pa) + [k for k in pb if k not in pa]:
             props[name] = self.merge(pa.get(name, ea), pb.get(name, eb), f"{path}.properties.{name}")
         out["properties"] = props
+        if qa or qb:
+            # every name a pattern of either side matches holds that pattern's schema, declared or not
+            # (the object's layout merges a declared name's schema with the patterns it matches)
+            out["patternProperties"] = {p: (self.merge(qa[p], qb[p], f"{path}.patternProperties")
+                                            if p in qa and p in qb else qa.get(p, qb.get(p)))
+                                        for p in list(qa) + [p for p in qb if p not in qa]}
         if "additionalProperties" in a or "additionalProperties" in b:
             out["additionalProperties"] = self.merge(ea, eb, f"{path}.additionalProperties")
 

@@ -174,6 +174,12 @@ CORPUS: list[dict] = [
                                                       "patternProperties": {"^a": {"type": "string"}},
                                                       "additionalProperties": False},
          [{}, {"abc": "x"}, {"abd": "xyz"}, {"abc": "xy", "ab": "y"}], [{"abc": "xyz"}, {"abd": 1}, {"b": "x"}]),
+    # allOf of patternProperties (no additionalProperties): every pattern of either side holds
+    case("pattern_properties_all_of", {"allOf": [
+        {"patternProperties": {"^a": {"type": "integer"}}},
+        {"properties": {"ab": {"minimum": 3}}, "patternProperties": {"b$": {"maximum": 10}}}]},
+         [{}, {"ab": 5}, {"a": 1}, {"xb": 1}, {"z": "q"}, {"ab": 5, "a": 1, "zb": 2}],
+         [{"ab": 2}, {"ab": 11}, {"a": "x"}, {"xb": 11}]),
     case("pattern_properties_unanchored_end", {"type": "object", "patternProperties": {"^[a-z]*": {"type": "boolean"}}},
          [{}, {"A-1": True, "b": False}], [{"a": 1}, {"Z": None}]),
     case("property_names", {"type": "object", "propertyNames": {"maxLength": 3}, "additionalProperties": {"type": "integer"}},

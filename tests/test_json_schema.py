@@ -402,6 +402,8 @@ UNSUPPORTED = [
     ({"not": {"type": "string", "format": "date"}}, "not", "$"),
     ({"type": "object", "patternProperties": {f"^{c}": {"maxLength": i} for i, c in enumerate("abcde")}},
      "patternProperties", "$"),                         # 2^5 - 1 groups of names
+    ({"allOf": [{"patternProperties": {"^a": {"type": "integer"}}}, {"additionalProperties": False}]},
+     "patternProperties", "$.allOf[1]"),                         # the second side's extra names are the first's patterns'
 ]
 
 
