@@ -128,12 +128,15 @@ def _unsupported(s: dict) -> list[str]:
 
 
 def _exact_dependencies(key: str, value: Any) -> bool:
-    """Whether `dependentRequired` / `dependentSchemas` / `dependencies` `value` is of the forms objects
-    enforce exactly (`grammars.json_objects`): names required by a name, and dependent schemas that only
-    require names or forbid them (``"properties": {"x": false}``, or ``{"not": {}}``)."""
+    """Whether `dependentRequired` / `dependentSchemas` / `dependencies` `value` is of the forms
+    compiled exactly: names required by a name, and dependent schemas that only require names or
+    forbid them (``"properties": {"x": false}``, or ``{"not": {}}``), which objects enforce
+    (`grammars.json_objects`); any other dependent schema becomes a condition
+    (`json_merge.normalize`), exact where its schema compiles."""
     if key not in ("dependentRequired", "dependentSchemas", "dependencies") or not isinstance(value, dict):
         return False
-    return all(dependent_names(key, v) is not None for v in value.values())
+    return all(dependent_names(key, v) is not None or (key != "dependentRequired" and isinstance(v, (dict, bool)))
+               for v in value.values())
 
 
 def dependent_names(key: str, v: Any) -> tuple[list[str], list[str]] | None:

@@ -71,9 +71,41 @@ def normalize(s: dict, draft: int) -> dict:
         out["enum"] = [v for v in out["enum"] if json_key(v) == json_key(const)] if "enum" in out else [const]
     if draft <= 7 and "$ref" in out:
         return {"$ref": out["$ref"]}
+    if "dependentSchemas" in out or "dependencies" in out:
+        _dependent_schemas(out)
     if "if" in out or "not" in out:
         _logic(out)
     return out
+
+
+def _dependent_schemas(out: dict) -> None:
+    """Dependencies that hold a schema (other than names required or forbidden, which an
+    object's layout enforces itself) as conditions: a value that is no object, an object
+    without the name, or one with it that satisfies the schema."""
+    from grammars.json_checks import dependent_names   # (it imports this module)
+
+    for key in ("dependentSchemas", "dependencies"):
+        deps = out.get(key)
+        if not isinstance(deps, dict):
+            continue
+        moved = {name: v for name, v in deps.items()
+                 if isinstance(v, (dict, bool)) and dependent_names(key, v) is None}
+        if not moved:
+            continue
+        conditions = []
+        for name, v in moved.items():
+            present = {"required": [name]}
+            absent = negation(present)
+            if absent is None:
+                return
+            conditions.append({"anyOf": [{"type": [t for t in TYPES if t != "object"]}, absent,
+                                         {"allOf": [{"type": "object", **present}, v]}]})
+        rest = {name: v for name, v in deps.items() if name not in moved}
+        if rest:
+            out[key] = rest
+        else:
+            del out[key]
+        out["allOf"] = [*out.get("allOf", []), *conditions]
 
 
 def _logic(out: dict) -> None:
