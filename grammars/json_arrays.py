@@ -52,18 +52,23 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections import Counter
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from grammars.ast import EMPTY, NOTHING, Node, repeat, seq, star
 from grammars.errors import SchemaNote, UnsupportedSchemaError
-from grammars.json_merge import ANNOTATIONS, negation
-from grammars.json_values import counted, union, unit
+from grammars.json_merge import ANNOTATIONS, negation, normalize, type_set
+from grammars.json_values import counted, json_key, json_type, union, unit, value_node
 
 if TYPE_CHECKING:
     from grammars.json_schema import Compiler
 
-__all__ = ["array_node", "NFA_PER_STATE"]
+__all__ = ["array_node", "NFA_PER_STATE", "UNIQUE_VALUES"]
+
+# Distinct item values an array with `uniqueItems` may have (its layout has a state per set of them).
+UNIQUE_VALUES = 10
 
 # NFA states per explicit (position, count) state of an array's layout, about (measured: 5 to 7); the
 # layout is refused past the compiler's size budget (`json_length.DEFAULT_SIZE_BUDGET`).
@@ -72,6 +77,13 @@ NFA_PER_STATE = 8
 
 def array_node(c: "Compiler", s: dict, path: str, base: str) -> Node:
     """`prefixItems` / `items` / `minItems` / `maxItems` / `contains` (draft-07 forms normalized before)."""
+    if s.get("uniqueItems") is True and (s.get("maxItems") is None or s["maxItems"] >= 2):
+        try:
+            return c.ws.arr(_distinct(c, s, path, base))
+        except UnsupportedSchemaError as e:
+            if not c.approximate or e.keyword != "uniqueItems":
+                raise
+            c.notes.append(SchemaNote("uniqueItems", path, "approximated"))   # duplicates allowed
     counts = _contains_counts(s)
     if counts is not None:
         return c.ws.arr(_Counting(c, s, path, base, *counts).body())
@@ -95,6 +107,90 @@ def array_node(c: "Compiler", s: dict, path: str, base: str) -> Node:
         return union(stop, take)
 
     return ws.arr(tail(0))
+
+
+def _distinct(c: "Compiler", s: dict, path: str, base: str) -> Node:
+    """The body of an array with `uniqueItems` whose items are a few values (an enum or const,
+    booleans and null, integers in a small range): per set of the values used so far, any
+    unused one next, or the end. The set is the state, so the layout has 2^k rests for k
+    values; past `UNIQUE_VALUES` values, or for items of another kind (whose uniqueness no
+    finite automaton can check), it is refused."""
+    if s.get("prefixItems") or "contains" in s:
+        raise UnsupportedSchemaError("uniqueItems", path, "together with prefixItems or contains")
+    items = s.get("items", True)
+    values = _finite_values(c, items, f"{path}.items", base)
+    if values is None:
+        raise UnsupportedSchemaError("uniqueItems", path, "the items are not a few values (enum, const, booleans, "
+                                     "null, integers in a small range): the uniqueness of other values is not regular")
+    if len(values) > UNIQUE_VALUES:
+        raise UnsupportedSchemaError("uniqueItems", path, f"{len(values)} distinct item values (at most "
+                                     f"{UNIQUE_VALUES}: the layout has a state per set of values used)")
+    nodes = [unit(value_node(v, c.ws, f"{path}.items", c.numbers)) for v in values]
+    lo, hi = s.get("minItems", 0), s.get("maxItems")
+    ws = c.ws
+    memo: dict[int, Node] = {}
+
+    def rest(used: int) -> Node:            # the body after the values in the bit set `used`
+        hit = memo.get(used)
+        if hit is None:
+            count = bin(used).count("1")
+            parts = [EMPTY] if count >= lo else []
+            if hi is None or count < hi:
+                parts += [seq(ws.sep if count else EMPTY, node, rest(used | 1 << i))
+                          for i, node in enumerate(nodes) if not used >> i & 1]
+            hit = memo[used] = union(*parts) if parts else NOTHING
+        return hit
+
+    return rest(0)
+
+
+def _finite_values(c: "Compiler", items: Any, path: str, base: str) -> list | None:
+    """The distinct values (JSON equality) valid under `items` when they are few and known:
+    an enum or const, booleans and null, integers within `UNIQUE_VALUES` of each other."""
+    flat = c.flatten(items, path, base)
+    if flat is False:
+        return []
+    if not isinstance(flat, dict):
+        return None
+    flat = normalize(flat, c.draft)
+    if "enum" in flat:
+        candidates = list(flat["enum"])
+    else:
+        types = type_set(flat)
+        if types <= {"boolean", "null"}:
+            candidates = [v for v in (False, True, None) if json_type(v) in types]
+        elif types == {"integer"} or types == {"integer", "number"} and flat.get("type") == "integer":
+            lo, hi = _int_range(flat)
+            if lo is None or hi is None or hi - lo >= UNIQUE_VALUES:
+                return None
+            candidates = list(range(lo, hi + 1))
+        else:
+            return None
+    out, seen = [], set()
+    for v in candidates:
+        key = json_key(v)
+        if key not in seen and c.accepts(items, v, path, base):
+            seen.add(key)
+            out.append(v)
+    return out
+
+
+def _int_range(s: dict) -> tuple[int | None, int | None]:
+    """The least and greatest integers the bounds of `s` allow (None: unbounded or not a number)."""
+    lo = hi = None
+    for key, upper, strict in (("minimum", False, False), ("exclusiveMinimum", False, True),
+                               ("maximum", True, False), ("exclusiveMaximum", True, True)):
+        x = s.get(key)
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or x != x or x in (math.inf, -math.inf):
+            continue
+        f = Fraction(x)
+        if upper:
+            b = math.ceil(f) - 1 if strict else math.floor(f)
+            hi = b if hi is None else min(hi, b)
+        else:
+            b = math.floor(f) + 1 if strict else math.ceil(f)
+            lo = b if lo is None else max(lo, b)
+    return lo, hi
 
 
 def _contains_counts(s: dict) -> tuple[Any, int, int | None] | None:

@@ -42,7 +42,7 @@ _SHAPED = frozenset(_NONNEG_INT + _NUMBER + _SCHEMA_MAP + _SCHEMA_LIST + _SCHEMA
                     + ("exclusiveMinimum", "exclusiveMaximum", "multipleOf", "items"))
 _MAYBE_UNSUPPORTED = frozenset(("dependentSchemas", "dependentRequired", "dependencies",
                                 "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef",
-                                "uniqueItems", "if"))
+                                "if"))
 _TYPED = frozenset(("type", "required", "enum", "pattern", "format", "$ref", "uniqueItems"))
 
 
@@ -120,8 +120,6 @@ def _unsupported(s: dict) -> list[str]:
                 "unevaluatedItems", "$dynamicRef", "$recursiveRef"):
         if key in s and not (key in trivial and s[key] == trivial[key]) and not _exact_dependencies(key, s[key]):
             out.append(key)
-    if s.get("uniqueItems") is True:
-        out.append("uniqueItems")
     if "if" in s and ("then" in s or "else" in s) and negation(s["if"]) is None:   # else rewritten (`normalize`)
         out.append("if")
     return out

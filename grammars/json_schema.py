@@ -40,7 +40,8 @@ always get at least `max_recursion_depth` levels.
 | `$ref` `$defs` `definitions` `$anchor` `$id` | local refs, JSON pointers with `~0 ~1`; recursion via `Ref` rules, depth `max_recursion_depth`; remote refs unsupported; 2020-12 siblings of `$ref` are merged, draft-7 siblings ignored |
 | `true` / `{}` / `false` | any JSON value (nesting <= `max_any_depth`) / nothing |
 | `dependentRequired`, draft-7 `dependencies` | exact when the dependencies require names (arrays) or only require or forbid names (`{"required": [...]}`, `"properties": {"x": false}` or `{"not": {}}`), also as `dependentSchemas`, among at most 12 properties per object (`json_objects.DEPENDENCY_LIMIT`); names they mention that are not declared are members after the declared ones, with the `additionalProperties` schema; any other dependent schema is a condition (`json_merge.normalize`: not an object, no such member, or the schema holds) |
-| `uniqueItems: true`, other `if`s, `unevaluated*`, `$dynamicRef` | unsupported (dropped with a warning under `allow_approximate`) |
+| `uniqueItems: true` | exact over at most `json_arrays.UNIQUE_VALUES` (10) distinct item values (enum/const, booleans and null, small integer ranges); else unsupported |
+| other `if`s, `unevaluated*`, `$dynamicRef`, other `uniqueItems` | unsupported (dropped with a warning under `allow_approximate`) |
 | annotations (`title`, `description`, `default`, `examples`, `$comment`, `readOnly`, `deprecated`, `content*`, `discriminator`) | ignored; unknown keywords are ignored with a warning |
 | `whitespace` | "default": after `{ [ ,` and before `} ]` <= 1 space, or 1 newline + <= 32 spaces/tabs; <= 1 space around `:` and before `,`; one such gap before/after the document. "compact": none. Or a `WhitespacePolicy` |
 | `any_order` | properties in any order, <= 6 per object (grammar ~ e*n! members) |

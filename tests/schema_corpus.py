@@ -194,6 +194,14 @@ CORPUS: list[dict] = [
          [{}, {"A-1": True, "b": False}], [{"a": 1}, {"Z": None}]),
     case("property_names", {"type": "object", "propertyNames": {"maxLength": 3}, "additionalProperties": {"type": "integer"}},
          [{}, {"abc": 1}], [{"abcd": 1}, {"a": "x"}]),
+    # uniqueItems over a few values: a state per set of values used (1 and 1.0 are one value)
+    case("unique_enum", {"type": "array", "uniqueItems": True, "items": {"enum": ["a", "b", 1, 1.0, None]}},
+         [[], ["a", "b"], [1, "a", None], [1.0]], [["a", "a"], [1, 1.0], ["c"], [None, None]]),
+    case("unique_booleans_min", {"type": "array", "uniqueItems": True, "items": {"type": "boolean"}, "minItems": 2},
+         [[True, False], [False, True]], [[True, True], [True], []]),
+    case("unique_small_integers", {"type": "array", "uniqueItems": True, "maxItems": 3,
+                                   "items": {"type": "integer", "minimum": 1, "exclusiveMaximum": 5}},
+         [[1, 2, 3], [4], [], [3, 1]], [[1, 1], [1, 2, 3, 4], [5], [0]]),
     case("nested_objects", {"type": "object", "properties": {
         "user": {"type": "object", "properties": {"id": {"type": "integer", "minimum": 1},
                                                   "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 3}},
