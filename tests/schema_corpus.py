@@ -341,6 +341,11 @@ CORPUS: list[dict] = [
                            "additionalProperties": False},
          [{"x": 0, "n": "ab"}, {}], [{"x": -1}, {"x": "0"}, {"n": "abc"}],
          hypothesis=False),   # (hypothesis-jsonschema resolves no draft-04 `id`)
+    # leading lookaheads: the strings of the rest that start with a match of each (?=X) and of no (?!Y)
+    case("pattern_negative_lookahead", {"type": "string", "pattern": r"^(?!io\.papermc\.)([a-z]+\.)*[a-z]+$"},
+         ["io.paper", "a.b", "io", "io.papermcx"], ["io.papermc.x", "a..b", "", "A"]),
+    case("pattern_positive_lookaheads", {"type": "string", "pattern": r"^(?=.*[a-z])(?=.*\d).{4,}$"},
+         ["ab12", "1a1a", "x\u00e9 9"], ["abcd", "1234", "a1", ""]),
     case("not_pattern", {"type": "object", "properties": {
         "pkg": {"type": "string", "not": {"pattern": "^io\\.papermc\\."}},
         "tag": {"type": "string", "minLength": 2, "maxLength": 4, "not": {"pattern": "^x"}},
