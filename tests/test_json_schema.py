@@ -401,7 +401,10 @@ UNSUPPORTED = [
     ({"type": "object", "patternProperties": {f"^{c}": {"maxLength": i} for i, c in enumerate("abcde")}},
      "patternProperties", "$"),                         # 2^5 - 1 groups of names
     ({"allOf": [{"patternProperties": {"^a": {"type": "integer"}}}, {"additionalProperties": False}]},
-     "patternProperties", "$.allOf[1]"),                         # the second side's extra names are the first's patterns'
+     "patternProperties", "$.allOf[1]"),
+    ({"type": "string", "pattern": "^(?!a)b|c"}, "pattern", "$"),   # the lookahead binds one alternative only
+    ({"type": "string", "pattern": "a(?!b)"}, "pattern", "$"),      # not at the start
+    ({"type": "array", "items": {"type": "string"}, "uniqueItems": True}, "uniqueItems", "$"),                         # the second side's extra names are the first's patterns'
 ]
 
 
