@@ -57,8 +57,10 @@ PATTERN_GROUPS_LIMIT = 4
 def object_node(c: "Compiler", s: dict, path: str, base: str) -> Node:
     props: dict = s.get("properties", {})
     required: list = list(s.get("required", []))
-    patterns: dict = {p: v for p, v in s.get("patternProperties", {}).items() if v is not True and v != {}}
     extra = s.get("additionalProperties", False if c.strict else True)
+    patterns: dict = dict(s.get("patternProperties", {}))
+    if extra is True:          # a pattern allowing every value then changes nothing: the names it
+        patterns = {p: v for p, v in patterns.items() if v is not True and v != {}}   # misses allow any
     names_schema = s.get("propertyNames", True)
     names = list(props) + [r for r in required if r not in props]
     requires, forbids = dependencies(s, path) if _DEPENDENCY_KEYS & s.keys() else ({}, {})

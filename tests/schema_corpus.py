@@ -190,6 +190,13 @@ CORPUS: list[dict] = [
         {"properties": {"ab": {"minimum": 3}}, "patternProperties": {"b$": {"maximum": 10}}}]},
          [{}, {"ab": 5}, {"a": 1}, {"xb": 1}, {"z": "q"}, {"ab": 5, "a": 1, "zb": 2}],
          [{"ab": 2}, {"ab": 11}, {"a": "x"}, {"xb": 11}]),
+    # a pattern whose schema allows every value still keeps its names from additionalProperties
+    case("pattern_properties_true_schema", {"type": "object", "patternProperties": {"^x": True, "^a": {"type": "integer"}},
+                                            "additionalProperties": False},
+         [{}, {"x1": "s"}, {"ab": 1, "x": None}], [{"ab": "1"}, {"b": 1}]),
+    case("pattern_properties_true_beside_additional", {"type": "object", "patternProperties": {
+        "a.b": {"minimum": 3}, "^.$": {"minimum": 3}, "^[ab]+$": True}, "additionalProperties": {"type": "null"}},
+         [{"ba": 1}, {"z": None}, {"axb": 4}, {"a": 5}], [{"z": 1}, {"axb": 1}, {"a": 1}]),
     case("pattern_properties_unanchored_end", {"type": "object", "patternProperties": {"^[a-z]*": {"type": "boolean"}}},
          [{}, {"A-1": True, "b": False}], [{"a": 1}, {"Z": None}]),
     case("property_names", {"type": "object", "propertyNames": {"maxLength": 3}, "additionalProperties": {"type": "integer"}},

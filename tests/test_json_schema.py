@@ -12,6 +12,7 @@ import random
 import warnings
 from functools import lru_cache
 
+import jsonschema
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -525,6 +526,32 @@ def test_pattern_properties_beside_additional_properties_split_the_names():
     dfa = LazyDFA(g, max_depth=g.info["max_depth"])
     assert dfa.matches(b'{"\\u0061bd": "xyz"}') and not dfa.matches(b'{"\\u0061bd": 1}')
     assert not dfa.matches(b'{"\\u0061bc": "xyz"}') and not dfa.matches(b'{"ab\\u0063": "x"}')
+
+
+def test_random_pattern_properties_agree_with_jsonschema():
+    """Random objects of declared, pattern and additional members (patterns that overlap, match
+    declared names, match every name or allow every value), against jsonschema."""
+    rng = random.Random(7)
+    patterns = ["^a", "b$", "^x-", "c", "^[ab]+$", ".*", "^.$", "a.b"]
+    schemas = [{"type": "integer"}, {"type": "string"}, {"minimum": 3}, {"maxLength": 1}, {"enum": [1, "a"]}, True,
+               {"type": "null"}]
+    names = ["a", "ab", "b", "x-1", "c", "acb", "zz", "", "ba", "\u00e9"]
+    values = [1, 5, "a", "abc", None]
+    for _ in range(40):
+        props = {k: rng.choice(schemas) for k in rng.sample(names, rng.randint(0, 2))}
+        schema = {"type": "object", "properties": props,
+                  "patternProperties": {p: rng.choice(schemas) for p in rng.sample(patterns, rng.randint(1, 3))}}
+        extra = rng.choice([None, False, *schemas])
+        if extra is not None:
+            schema["additionalProperties"] = extra
+        g = json_schema_grammar(schema)
+        dfa = LazyDFA(g, max_depth=g.info["max_depth"])
+        validator = jsonschema.Draft202012Validator(schema)
+        for _ in range(15):
+            inst = {k: rng.choice(values) for k in props if rng.random() < 0.5}
+            inst.update({k: rng.choice(values) for k in rng.sample(names, rng.randint(0, 3)) if k not in props})
+            for text in (json.dumps(inst), json.dumps(inst, ensure_ascii=False, separators=(",", ":"))):
+                assert dfa.matches(text.encode()) == validator.is_valid(inst), (schema, text)
 
 
 def test_draft4_id_is_its_identifier_not_an_unknown_keyword():
