@@ -179,7 +179,8 @@ CORPUS: list[dict] = [
     case("pattern_properties_overlapping", {"type": "object", "patternProperties": {
         "^a": {"type": "integer"}, "b$": {"minimum": 5}}, "additionalProperties": {"type": "string"}},
          [{}, {"ab": 5}, {"a": 1}, {"b": 7}, {"b": "x"}, {"c": "s", "axb": 9}],
-         [{"ab": 4}, {"ab": "5"}, {"a": "1"}, {"b": 4}, {"c": 1}]),
+         [{"ab": 4}, {"ab": "5"}, {"a": "1"}, {"b": 4}, {"c": 1}],
+         hypothesis=False),        # (hypothesis draws names by Python's re, whose `$` takes a final "\n")
     case("pattern_properties_match_a_declared_name", {"type": "object", "properties": {"abc": {"maxLength": 2}},
                                                       "patternProperties": {"^a": {"type": "string"}},
                                                       "additionalProperties": False},
@@ -189,14 +190,15 @@ CORPUS: list[dict] = [
         {"patternProperties": {"^a": {"type": "integer"}}},
         {"properties": {"ab": {"minimum": 3}}, "patternProperties": {"b$": {"maximum": 10}}}]},
          [{}, {"ab": 5}, {"a": 1}, {"xb": 1}, {"z": "q"}, {"ab": 5, "a": 1, "zb": 2}],
-         [{"ab": 2}, {"ab": 11}, {"a": "x"}, {"xb": 11}]),
+         [{"ab": 2}, {"ab": 11}, {"a": "x"}, {"xb": 11}], hypothesis=False),   # (`$`: as above)
     # a pattern whose schema allows every value still keeps its names from additionalProperties
     case("pattern_properties_true_schema", {"type": "object", "patternProperties": {"^x": True, "^a": {"type": "integer"}},
                                             "additionalProperties": False},
          [{}, {"x1": "s"}, {"ab": 1, "x": None}], [{"ab": "1"}, {"b": 1}]),
     case("pattern_properties_true_beside_additional", {"type": "object", "patternProperties": {
         "a.b": {"minimum": 3}, "^.$": {"minimum": 3}, "^[ab]+$": True}, "additionalProperties": {"type": "null"}},
-         [{"ba": 1}, {"z": None}, {"axb": 4}, {"a": 5}], [{"z": 1}, {"axb": 1}, {"a": 1}]),
+         [{"ba": 1}, {"z": None}, {"axb": 4}, {"a": 5}], [{"z": 1}, {"axb": 1}, {"a": 1}],
+         hypothesis=False),        # (hypothesis draws names by Python's re, whose `.` takes "\r": ECMA's does not)
     case("pattern_properties_unanchored_end", {"type": "object", "patternProperties": {"^[a-z]*": {"type": "boolean"}}},
          [{}, {"A-1": True, "b": False}], [{"a": 1}, {"Z": None}]),
     case("property_names", {"type": "object", "propertyNames": {"maxLength": 3}, "additionalProperties": {"type": "integer"}},
@@ -349,10 +351,11 @@ CORPUS: list[dict] = [
          [{"x": 0, "n": "ab"}, {}], [{"x": -1}, {"x": "0"}, {"n": "abc"}],
          hypothesis=False),   # (hypothesis-jsonschema resolves no draft-04 `id`)
     # leading lookaheads: the strings of the rest that start with a match of each (?=X) and of no (?!Y)
+    # (not drawn by hypothesis: its strings follow Python's re, whose `.` takes "\r" and `$` a final "\n")
     case("pattern_negative_lookahead", {"type": "string", "pattern": r"^(?!io\.papermc\.)([a-z]+\.)*[a-z]+$"},
-         ["io.paper", "a.b", "io", "io.papermcx"], ["io.papermc.x", "a..b", "", "A"]),
+         ["io.paper", "a.b", "io", "io.papermcx"], ["io.papermc.x", "a..b", "", "A"], hypothesis=False),
     case("pattern_positive_lookaheads", {"type": "string", "pattern": r"^(?=.*[a-z])(?=.*\d).{4,}$"},
-         ["ab12", "1a1a", "x\u00e9 9"], ["abcd", "1234", "a1", ""]),
+         ["ab12", "1a1a", "x\u00e9 9"], ["abcd", "1234", "a1", ""], hypothesis=False),
     case("not_pattern", {"type": "object", "properties": {
         "pkg": {"type": "string", "not": {"pattern": "^io\\.papermc\\."}},
         "tag": {"type": "string", "minLength": 2, "maxLength": 4, "not": {"pattern": "^x"}},
