@@ -23,7 +23,7 @@ always get at least `max_recursion_depth` levels.
 | numbers (`numbers=`) | "double" (default): valid after `json.loads`, see `grammars.json_doubles` (floats <= 17 significant digits in [5e-324, 1.8e308], bounds on the parsed double, float `multipleOf` as validators divide: bounded ranges listed, unbounded refused); "exact": decimal semantics, the rows below |
 | `multipleOf` | integers: any integer divisor (enumerated ranges, or suffix rules for 2^a5^b); numbers: `10^-k` (fraction digits, no exponent form), integer divisors, or bounded ranges of <= 4096 multiples; decimal semantics (`0.29` is a multiple of `0.01`, unlike float-based validators); else unsupported |
 | `minLength` `maxLength` | exact, in code points (an escape or surrogate pair counts once) |
-| `pattern` | ECMA-262, search semantics, over every JSON spelling of each character; lookaheads at the start (`^(?!X)Y`) by a product of automata; with min/maxLength an exact product (unsupported past a size budget); with a known `format`, a product of their automata (`json_string_sets`) |
+| `pattern` | ECMA-262, search semantics, over every JSON spelling of each character; lookaheads at the start (`^(?!X)Y`) by a product of automata; with min/maxLength an exact product on the syntax tree, past its size budget a product of automata (unsupported past 2,000 states); with a known `format`, a product of their automata (`json_string_sets`) |
 | `format` | date, time, date-time, duration, email (dot-atom subset), hostname (<=253 chars subset), ipv4, ipv6, uri, uuid: exact per RFC, plain (unescaped) spelling; any other is an annotation, as 2020-12 has it (not checked, listed in the compile report, no warning) |
 | `properties` `required` | exact; order = `properties` order, then required-only names; optional ones skippable; names written as JSON encoders write them (printable ASCII raw, never `\\u`-escaped) (n optional properties before the first required one cost ~n^2/2 member copies, ~2n^1.5 past 24) |
 | `additionalProperties` | exact, default `true` (extra keys after the declared ones, never repeating a declared name; while an extra key still spells the start of a declared name, its printable ASCII is written raw, not `\\u`-escaped); `strict=True` makes the default `false` |
@@ -79,7 +79,8 @@ from grammars.json_doubles import (
 from grammars.json_formats import format_node
 from grammars.json_length import DEFAULT_SIZE_BUDGET, restrict_length
 from grammars.json_merge import (
-    ANNOTATIONS, KEYWORD_TYPE, NOT_IN_DRAFT, TYPES, Merger, disjoint, negation, normalize, type_set, whole_types,
+    ANNOTATIONS, KEYWORD_TYPE, NOT_IN_DRAFT, TYPES, Merger, disjoint, leading_lookarounds, negation, normalize,
+    type_set, whole_types,
 )
 from grammars.json_numbers import (
     ANY_NUMBER, Interval, integer_multiples, literal_set, number_interval, number_value,
@@ -573,7 +574,7 @@ class Compiler:
             except RegexSyntaxError as e:
                 raise InvalidSchemaError(f"`pattern` is not a valid regex ({e})", path, pattern) from None
             except UnsupportedRegexError as e:
-                split = _leading_lookarounds(pattern)
+                split = leading_lookarounds(pattern)
                 if split is None:
                     raise UnsupportedSchemaError("pattern", path, str(e)) from None
                 self._patterns[pattern] = self._looking_ahead(*split, path)
@@ -592,6 +593,7 @@ class Compiler:
         values and the strings that `not_patterns` match."""
         lo, hi = s.get("minLength", 0), s.get("maxLength")
         body = None
+        length_product = False
         if "format" in s:
             body = format_node(s["format"])
             if body is None:     # an annotation (2020-12): any string of the other keywords is valid
@@ -603,15 +605,25 @@ class Compiler:
                 body = pattern
             else:                # a format's strings that the pattern matches too: a product (below)
                 required.append(pattern)
-        if not excluded and not not_patterns and not required:
-            return any_string_body(lo, hi) if body is None else restrict_length(body, lo, hi, path=path)
-        if excluded and body is None and not lo and hi is None and not not_patterns:
+        if excluded and body is None and not lo and hi is None and not not_patterns and not required:
             return string_not_in(excluded, self.tries)
-        # lengths first, on the syntax tree (the product's node may split characters across its parts)
-        rest = any_string_body(lo, hi) if body is None else restrict_length(body, lo, hi, path=path)
+        # lengths first, on the syntax tree (the product's node may split characters across its parts);
+        # where that expands too far or cannot split the body, the lengths join the product instead
+        if body is None:
+            rest = any_string_body(lo, hi)
+        else:
+            try:
+                rest = restrict_length(body, lo, hi, path=path)
+            except UnsupportedSchemaError:
+                rest, required = any_string_body(lo, hi), [body, *required]
+                length_product = True
+        if not excluded and not not_patterns and not required:
+            return rest
         gone = [self.pattern_body(p, path) for p in not_patterns] + [string_literal(v) for v in excluded]
-        return difference(rest, gone, required=required, path=path, tries=self.tries,
-                          keyword="pattern" if required and not gone else "not")
+        keyword = "not" if gone else "pattern" if "pattern" in s else "format"
+        if length_product:
+            keyword = "maxLength" if hi is not None else "minLength"
+        return difference(rest, gone, required=required, path=path, tries=self.tries, keyword=keyword)
 
     def string_body(self, schema: Any, path: str, base: str) -> Node:
         """Bodies of the strings valid under `schema` (for `propertyNames`)."""
@@ -693,48 +705,6 @@ class Compiler:
 
 # state pairs walked to prove a patternProperties pattern matches every name (`pattern_universal`)
 _UNIVERSAL_PAIRS = 512
-
-
-def _leading_lookarounds(pattern: str) -> tuple[list[tuple[bool, str]], str] | None:
-    """`^(?=X)(?!Y)...Z` as ([(True, X), (False, Y), ...], Z), when the pattern starts with
-    lookaheads and has no alternation outside groups; else None."""
-    if not pattern.startswith(("^(?=", "^(?!")) or _group_end(pattern, -1) is not None:
-        return None
-    looks, i = [], 1
-    while pattern.startswith(("(?=", "(?!"), i):
-        end = _group_end(pattern, i)
-        if end is None:
-            return None
-        looks.append((pattern[i + 2] == "=", pattern[i + 3:end]))
-        i = end + 1
-    return looks, pattern[i:]
-
-
-def _group_end(pattern: str, start: int) -> int | None:
-    """The index of the `)` closing the group opened at `start`, skipping escapes and classes;
-    with `start` -1, the index of a `|` outside every group (None: there is none)."""
-    depth = 0 if start >= 0 else 1
-    k = max(start, 0)
-    in_class = False
-    while k < len(pattern):
-        ch = pattern[k]
-        if ch == "\\":
-            k += 2
-            continue
-        if in_class:
-            in_class = ch != "]"
-        elif ch == "[":
-            in_class = True
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-            if depth == 0 and start >= 0:
-                return k
-        elif ch == "|" and depth == 1 and start < 0:
-            return k
-        k += 1
-    return None
 
 
 def _without_types(s: Any, types: set[str]) -> Any:

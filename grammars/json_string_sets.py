@@ -75,7 +75,7 @@ def difference(body: Node, excluded: list[Node], *, path: str, keyword: str = "n
 
 
 def _refuse(keyword: str, path: str, why: str) -> UnsupportedSchemaError:
-    return UnsupportedSchemaError(keyword, path, f"the strings it excludes need {why}")
+    return UnsupportedSchemaError(keyword, path, f"its exact strings need {why}")
 
 
 def _classes(dfas: list[LazyDFA]) -> list[tuple[int, tuple[int, ...]]]:

@@ -352,6 +352,11 @@ CORPUS: list[dict] = [
          hypothesis=False),   # (hypothesis-jsonschema resolves no draft-04 `id`)
     # leading lookaheads: the strings of the rest that start with a match of each (?=X) and of no (?!Y)
     # (not drawn by hypothesis: its strings follow Python's re, whose `.` takes "\r" and `$` a final "\n")
+    case("patterns_all_of", {"allOf": [{"pattern": "[aA][12]"}, {"pattern": "^a"}, {"pattern": "z"}],
+                             "type": "string"},
+         ["a1z", "aza2", "a1az"], ["a1", "za1", "b1z", ""], hypothesis=False),
+    case("pattern_with_length_product", {"type": "string", "pattern": "^(\\d+\\.\\d+\\.\\d+.*)$", "maxLength": 12},
+         ["1.2.3", "10.2.3-rc.1", "1.2.3abcdefg"], ["1.2", "1.2.3abcdefgh", "a1.2.3"], hypothesis=False),
     case("pattern_negative_lookahead", {"type": "string", "pattern": r"^(?!io\.papermc\.)([a-z]+\.)*[a-z]+$"},
          ["io.paper", "a.b", "io", "io.papermcx"], ["io.papermc.x", "a..b", "", "A"], hypothesis=False),
     case("pattern_positive_lookaheads", {"type": "string", "pattern": r"^(?=.*[a-z])(?=.*\d).{4,}$"},
