@@ -10,6 +10,9 @@ differences (`\\d`, `\\w`, `\\s`, `.`, `$`) are handled by the converter.
 
 `locate` finds where a construct (backreference, lookahead, anchor, ...)
 occurs in a Python-syntax pattern, for `UnsupportedRegexError` positions.
+`leading_lookarounds` splits the lookaheads off the start of a pattern, and
+`both_patterns` writes two patterns' conjunction as one of them (both for
+the schema compiler, which takes leading lookaheads exactly).
 
 Example:
     >>> translate(r"(?<y>\\d{4})-\\cJ")[0]
@@ -21,7 +24,7 @@ from __future__ import annotations
 from grammars import charsets as cs
 from grammars.errors import RegexSyntaxError, UnsupportedRegexError
 
-__all__ = ["translate", "locate"]
+__all__ = ["translate", "locate", "leading_lookarounds", "both_patterns"]
 
 _HEX = set("0123456789abcdefABCDEF")
 _KEEP_ESCAPES = set("dDwWsSbBtnvfr123456789") | {"\\"}
@@ -206,3 +209,67 @@ def locate(source: str, kind: str, nth: int = 0) -> int | None:
     if not found:
         return None
     return found[min(nth, len(found) - 1)]
+
+
+def leading_lookarounds(pattern: str) -> tuple[list[tuple[bool, str]], str] | None:
+    """`^(?=X)(?!Y)...Z` as ([(True, X), (False, Y), ...], Z), when the pattern starts with
+    lookaheads and has no alternation outside groups; else None."""
+    if not pattern.startswith(("^(?=", "^(?!")) or group_end(pattern, -1) is not None:
+        return None
+    looks, i = [], 1
+    while pattern.startswith(("(?=", "(?!"), i):
+        end = group_end(pattern, i)
+        if end is None:
+            return None
+        looks.append((pattern[i + 2] == "=", pattern[i + 3:end]))
+        i = end + 1
+    return looks, pattern[i:]
+
+
+def group_end(pattern: str, start: int) -> int | None:
+    """The index of the `)` closing the group opened at `start`, skipping escapes and classes;
+    with `start` -1, the index of a `|` outside every group (None: there is none)."""
+    depth = 0 if start >= 0 else 1
+    k = max(start, 0)
+    in_class = False
+    while k < len(pattern):
+        ch = pattern[k]
+        if ch == "\\":
+            k += 2
+            continue
+        if in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth == 0 and start >= 0:
+                return k
+        elif ch == "|" and depth == 1 and start < 0:
+            return k
+        k += 1
+    return None
+
+
+def both_patterns(x: str, y: str) -> str | None:
+    """One pattern that a string matches iff it matches `x` and `y` (search semantics): leading
+    lookaheads, one per pattern, each from the start (the compiler takes them exactly:
+    `Compiler.pattern_body`); None when a `^` is not at a pattern's start."""
+    px, py = _pattern_parts(x), _pattern_parts(y)
+    if px is None or py is None:
+        return None
+    return "^" + "".join(f"(?={p})" for p in px + py)
+
+
+def _pattern_parts(x: str) -> list[str] | None:
+    """Lookahead bodies, each matched from the start of a string, whose conjunction is `x`'s match."""
+    split = leading_lookarounds(x)
+    if split is not None and not split[1] and all(positive for positive, _ in split[0]):
+        return [body for _, body in split[0]]              # already `both_patterns`' form
+    if "^" in x[1:]:
+        return None                                        # (an anchor inside: not after any prefix)
+    if x.startswith("^") and group_end(x, -1) is None:
+        return [f"(?:{x[1:]})"]
+    return None if x.startswith("^") else [f"[\\s\\S]*?(?:{x})"]

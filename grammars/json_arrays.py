@@ -52,13 +52,12 @@ Example:
 
 from __future__ import annotations
 
-import math
 from collections import Counter
-from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from grammars.ast import EMPTY, NOTHING, Node, repeat, seq, star
 from grammars.errors import SchemaNote, UnsupportedSchemaError
+from grammars.json_doubles import int_bounds
 from grammars.json_merge import ANNOTATIONS, negation, normalize, type_set
 from grammars.json_values import counted, json_key, json_type, union, unit, value_node
 
@@ -160,7 +159,7 @@ def _finite_values(c: "Compiler", items: Any, path: str, base: str) -> list | No
         if types <= {"boolean", "null"}:
             candidates = [v for v in (False, True, None) if json_type(v) in types]
         elif types == {"integer"} or types == {"integer", "number"} and flat.get("type") == "integer":
-            lo, hi = _int_range(flat)
+            lo, hi = int_bounds(c._interval(flat))
             if lo is None or hi is None or hi - lo >= UNIQUE_VALUES:
                 return None
             candidates = list(range(lo, hi + 1))
@@ -173,24 +172,6 @@ def _finite_values(c: "Compiler", items: Any, path: str, base: str) -> list | No
             seen.add(key)
             out.append(v)
     return out
-
-
-def _int_range(s: dict) -> tuple[int | None, int | None]:
-    """The least and greatest integers the bounds of `s` allow (None: unbounded or not a number)."""
-    lo = hi = None
-    for key, upper, strict in (("minimum", False, False), ("exclusiveMinimum", False, True),
-                               ("maximum", True, False), ("exclusiveMaximum", True, True)):
-        x = s.get(key)
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or x != x or x in (math.inf, -math.inf):
-            continue
-        f = Fraction(x)
-        if upper:
-            b = math.ceil(f) - 1 if strict else math.floor(f)
-            hi = b if hi is None else min(hi, b)
-        else:
-            b = math.floor(f) + 1 if strict else math.ceil(f)
-            lo = b if lo is None else max(lo, b)
-    return lo, hi
 
 
 def _contains_counts(s: dict) -> tuple[Any, int, int | None] | None:

@@ -22,6 +22,7 @@ from fractions import Fraction
 from math import gcd, lcm
 from typing import Any, Callable
 
+from grammars.ecma import both_patterns
 from grammars.errors import UnsupportedSchemaError
 from grammars.json_values import json_key, json_type
 
@@ -330,70 +331,6 @@ def whole_types(s: Schema) -> set[str]:
     return out
 
 
-def leading_lookarounds(pattern: str) -> tuple[list[tuple[bool, str]], str] | None:
-    """`^(?=X)(?!Y)...Z` as ([(True, X), (False, Y), ...], Z), when the pattern starts with
-    lookaheads and has no alternation outside groups; else None."""
-    if not pattern.startswith(("^(?=", "^(?!")) or group_end(pattern, -1) is not None:
-        return None
-    looks, i = [], 1
-    while pattern.startswith(("(?=", "(?!"), i):
-        end = group_end(pattern, i)
-        if end is None:
-            return None
-        looks.append((pattern[i + 2] == "=", pattern[i + 3:end]))
-        i = end + 1
-    return looks, pattern[i:]
-
-
-def group_end(pattern: str, start: int) -> int | None:
-    """The index of the `)` closing the group opened at `start`, skipping escapes and classes;
-    with `start` -1, the index of a `|` outside every group (None: there is none)."""
-    depth = 0 if start >= 0 else 1
-    k = max(start, 0)
-    in_class = False
-    while k < len(pattern):
-        ch = pattern[k]
-        if ch == "\\":
-            k += 2
-            continue
-        if in_class:
-            in_class = ch != "]"
-        elif ch == "[":
-            in_class = True
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-            if depth == 0 and start >= 0:
-                return k
-        elif ch == "|" and depth == 1 and start < 0:
-            return k
-        k += 1
-    return None
-
-
-def both_patterns(x: str, y: str) -> str | None:
-    """One pattern that a string matches iff it matches `x` and `y` (search semantics): leading
-    lookaheads, one per pattern, each from the start (the compiler takes them exactly:
-    `Compiler.pattern_body`); None when a `^` is not at a pattern's start."""
-    px, py = _pattern_parts(x), _pattern_parts(y)
-    if px is None or py is None:
-        return None
-    return "^" + "".join(f"(?={p})" for p in px + py)
-
-
-def _pattern_parts(x: str) -> list[str] | None:
-    """Lookahead bodies, each matched from the start of a string, whose conjunction is `x`'s match."""
-    split = leading_lookarounds(x)
-    if split is not None and not split[1] and all(positive for positive, _ in split[0]):
-        return [body for _, body in split[0]]              # already `both_patterns`' form
-    if "^" in x[1:]:
-        return None                                        # (an anchor inside: not after any prefix)
-    if x.startswith("^") and group_end(x, -1) is None:
-        return [f"(?:{x[1:]})"]
-    return None if x.startswith("^") else [f"[\\s\\S]*?(?:{x})"]
-
-
 class Merger:
     """Merges schemas; `resolve(ref, base, path)` follows `$ref` one level."""
 
@@ -479,8 +416,10 @@ class Merger:
             return [{"allOf": [p, q]} for p in x for q in y]
         if key == "uniqueItems":
             return bool(x or y)
-        if key == "pattern" and isinstance(x, str) and isinstance(y, str) and both_patterns(x, y) is not None:
-            return both_patterns(x, y)
+        if key == "pattern" and isinstance(x, str) and isinstance(y, str):
+            both = both_patterns(x, y)
+            if both is not None:
+                return both
         from grammars.json_checks import KNOWN_KEYWORDS   # (it imports this module)
 
         if key not in KNOWN_KEYWORDS:      # vendor (`x-...`) or unknown: ignored, so never in conflict

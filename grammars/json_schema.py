@@ -68,6 +68,7 @@ from grammars.ast import (
     MAX_CODEPOINT, NOTHING, Alt, Grammar, Node, Ref, Repeat, Seq, alt, byteset, codepoints, literal, optional, plus, seq,
     star,
 )
+from grammars.ecma import leading_lookarounds
 from grammars.errors import (
     InvalidSchemaError, RegexSyntaxError, SchemaNote, UnsupportedRegexError, UnsupportedSchemaError,
 )
@@ -79,8 +80,7 @@ from grammars.json_doubles import (
 from grammars.json_formats import format_node
 from grammars.json_length import DEFAULT_SIZE_BUDGET, restrict_length
 from grammars.json_merge import (
-    ANNOTATIONS, KEYWORD_TYPE, NOT_IN_DRAFT, TYPES, Merger, disjoint, leading_lookarounds, negation, normalize,
-    type_set, whole_types,
+    ANNOTATIONS, KEYWORD_TYPE, NOT_IN_DRAFT, TYPES, Merger, disjoint, negation, normalize, type_set, whole_types,
 )
 from grammars.json_numbers import (
     ANY_NUMBER, Interval, integer_multiples, literal_set, number_interval, number_value,
