@@ -154,8 +154,10 @@ class JitDFA(LazyDFA):
         classes.flags.writeable = False
         self.byte_class = classes
         self.num_classes = len(rep)
-        self._bc = classes.tolist()
-        self._class_rep = rep.tolist()
+        # bytes, not lists (class ids < 256): indexed as fast, and nothing for the cyclic GC
+        # to walk in every cached DFA
+        self._bc = classes.astype(np.uint8).tobytes()
+        self._class_rep = rep.astype(np.uint8).tobytes()
         self._mask_classes = {}
 
     def _nfa_arrays(self, nfa: NFA) -> tuple:

@@ -90,8 +90,9 @@ class LazyDFA:
         self._seed_memo: dict[tuple[int, ...], int] = {}
         self._table = np.full((16, self.num_classes), UNEXPANDED, dtype=np.int32)
         self._accepting = np.zeros(16, dtype=bool)
-        if not any(nfa.calls):
-            self._close = self._close_flat  # type: ignore[method-assign]
+        # (a flag, not `self._close = self._close_flat`: a bound method kept on its own object is
+        # a reference cycle, and the DFA with its NFA would wait for the GC's next pass to go)
+        self._flat = not any(nfa.calls)
         start = nfa.rule_start[0]
         configs = self._close([start]) if nfa.need[start] <= max_depth else ()
         self.initial: int = self._intern(configs)
@@ -272,6 +273,8 @@ class LazyDFA:
     def _close(self, seeds: Iterable[int]) -> tuple[int, ...]:
         """Closure of configurations `seeds` (ints stack*N + state), pruned to
         those that can still finish; includes `_ACCEPT` when accepting."""
+        if self._flat:
+            return self._close_flat(seeds)
         n, need, maxd, depth = self._n, self._need, self.max_depth, self._depth
         eclose = self._eclose
         out: set[int] = set()

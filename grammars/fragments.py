@@ -31,6 +31,8 @@ Example:
 
 from __future__ import annotations
 
+from typing import Iterable
+
 from grammars.ast import COUNT_MAX, Alt, ByteSet, Node, Ref, Repeat, Seq, non_empty, repeat, surely_nullable
 from grammars.errors import StateBudgetError
 from grammars.native import checkpoint
@@ -122,10 +124,22 @@ def compact(node: Node) -> Node:
     return node
 
 
-def trie_complement(tries: dict, node: Node, trie: dict, printable: int, rest: Node, leave: Node) -> Node:
+def word_trie(words: Iterable[str]) -> dict:
+    """The trie of `words`: nested dicts keyed by character code, `None: True` where a word ends."""
+    trie: dict = {}
+    for w in words:
+        checkpoint()                             # compiled: let other threads in (see `grammars.native`)
+        node = trie
+        for ch in w:
+            node = node.setdefault(ord(ch), {})
+        node[None] = True
+    return trie
+
+
+def trie_complement(tries: dict, node: Node, trie: dict, printable: int, rest: Node, leave: Node,
+                    words: tuple[str, ...]) -> Node:
     """Note in `tries` (a grammar's ``info["tries"]``) that `node` is the
-    complement of the words of `trie` (nested dicts keyed by byte, `None: True`
-    where a word ends): from each trie node a text may end there (unless a word
+    complement of `words`, whose trie is `trie` (`word_trie`): from each trie node a text may end there (unless a word
     does), take a child's byte, or leave by a byte of `printable` that no child
     has, or by a text of `leave`, and go on with `rest`.
     Returns `node`, which must spell exactly that: without the note (another
@@ -134,9 +148,10 @@ def trie_complement(tries: dict, node: Node, trie: dict, printable: int, rest: N
     The NFA then builds it directly: one state per trie node with its byte
     edges, and one shared copy of `rest` and `leave` for the whole trie,
     instead of an alternation per trie node (about six states and a
-    subroutine call each). The note lives as long as its grammar, not the process.
+    subroutine call each). The note lives as long as its grammar, not the process;
+    an NFA that keeps it for a lazy body keeps `words` only (`NFA._forget_built`).
     """
-    tries[id(node)] = (node, trie, printable, rest, leave)
+    tries[id(node)] = (node, trie, printable, rest, leave, words)
     return node
 
 
@@ -249,7 +264,8 @@ class FragmentBuilder:
             if trie is not None:
                 self._built_tries.append(id(node))
                 t = (self._build_automaton(s, *trie[1:]) if len(trie) == 3
-                     else self._build_trie_complement(s, *trie[1:]))
+                     else self._build_trie_complement(s, trie[1] if trie[1] is not None else word_trie(trie[5]),
+                                                      *trie[2:5]))
             else:
                 if not node.items:
                     self._dead = True  # NOTHING: its entry cannot reach its exit

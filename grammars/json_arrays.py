@@ -93,19 +93,21 @@ def array_node(c: "Compiler", s: dict, path: str, base: str) -> Node:
     rest = unit(c.node(items, f"{path}.items", base)) if items is not False else NOTHING
     ws, k = c.ws, len(prefix)
 
-    def tail(i: int) -> Node:
-        if i == k:
-            r_lo, r_hi = max(0, lo - k), None if hi is None else hi - k
-            if r_hi is not None and r_hi < 0:
-                return NOTHING
-            if rest == NOTHING or r_hi == 0:
-                return EMPTY if r_lo == 0 else NOTHING
-            return ws.listing(rest, r_lo, r_hi) if i == 0 else counted(seq(ws.sep, rest), r_lo, r_hi)
+    # built from the end: the items after the k prefix items, then each prefix item, which
+    # may stop there while fewer than minItems are not reached (a loop, not a recursive closure:
+    # that was a reference cycle, the whole compile's state kept until the GC's next pass)
+    r_lo, r_hi = max(0, lo - k), None if hi is None else hi - k
+    if r_hi is not None and r_hi < 0:
+        node = NOTHING
+    elif rest == NOTHING or r_hi == 0:
+        node = EMPTY if r_lo == 0 else NOTHING
+    else:
+        node = ws.listing(rest, r_lo, r_hi) if k == 0 else counted(seq(ws.sep, rest), r_lo, r_hi)
+    for i in range(k - 1, -1, -1):
         stop = EMPTY if i >= lo else NOTHING
-        take = seq(ws.sep if i else EMPTY, elems[i], tail(i + 1)) if hi is None or i < hi else NOTHING
-        return union(stop, take)
-
-    return ws.arr(tail(0))
+        take = seq(ws.sep if i else EMPTY, elems[i], node) if hi is None or i < hi else NOTHING
+        node = union(stop, take)
+    return ws.arr(node)
 
 
 def _distinct(c: "Compiler", s: dict, path: str, base: str) -> Node:

@@ -31,7 +31,7 @@ from grammars.ast import (
     EMPTY, MAX_CODEPOINT, NOTHING, Alt, ByteSet, Node, Seq, alt, byteset, codepoints, literal, repeat, seq, star,
 )
 from grammars.json_numbers import fixed_range
-from grammars.fragments import compact, share, trie_complement
+from grammars.fragments import compact, share, trie_complement, word_trie
 from grammars.native import checkpoint
 
 __all__ = [
@@ -231,20 +231,15 @@ def string_not_in(words: Iterable[str], tries: dict | None = None) -> Node:
         >>> [dfa.matches(s) for s in (b"", b"a", b"ab", b"abc", b"b", b"\\u0061", b"a\\u00e9", b"\\u00e9")]
         [True, False, False, True, True, False, True, True]
     """
-    trie: dict = {}
-    for w in words:
-        checkpoint()                             # compiled: let other threads in (see `grammars.native`)
-        node = trie
-        for ch in w:
-            node = node.setdefault(ord(ch), {})
-        node[None] = True
+    words = tuple(words)
+    trie = word_trie(words)
     # A string outside the set either ends inside the trie at a non-word node,
     # or leaves the trie at some node by a character no child has and then
     # continues freely (one shared any*): one walk of the trie says both.
     if _RAW_PRINTABLE_CHARS.issuperset("".join(words)):
         node = _raw_not_in(trie)
         if tries is not None:
-            trie_complement(tries, node, trie, _RAW_PRINTABLE, _ANY_REST, _LEAVE_CHAR)
+            trie_complement(tries, node, trie, _RAW_PRINTABLE, _ANY_REST, _LEAVE_CHAR, words)
         return node
     return _not_in(trie, _ANY_REST)
 

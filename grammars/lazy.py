@@ -28,6 +28,10 @@ from grammars.fragments import _SHARED, FREE, SPLICE
 
 __all__ = ["LazyRules", "LAZY_MIN", "LAZY_MIN_IN_BODY"]
 
+# The builder's edge columns, in the order of `NFA._columns`' tables (epsilon, byte, call edges).
+_COLUMNS = ("_eps_src", "_eps_dst", "_byte_src", "_byte_dst", "_byte_mask", "_call_src", "_call_rule",
+            "_call_dst", "_call_op", "_call_to", "_call_lo", "_call_hi")
+
 # A labeled node (a subschema) of at least this many syntax nodes is built
 # lazily in an NFA made with ``lazy=True``: a FREE call to a rule whose body is
 # made when the DFA first reaches it (`NFA.build_lazy`).
@@ -89,6 +93,7 @@ class LazyRules:
         from grammars.nfa import gc_paused     # (the NFA's module imports this one)
 
         node = self._lazy.pop(rule)
+        self._thaw_columns()
         marks = self._marks()
         with gc_paused():
             try:
@@ -125,6 +130,21 @@ class LazyRules:
             if not np.array_equal(after, before):
                 raise RuntimeError(f"lazy rule {rule} changed the need of states built before it")
 
+    def _freeze_columns(self) -> None:
+        """Drop the edge columns until the next lazy build (`_thaw_columns`): the tables
+        `_columns` just made hold the same edges. As lists, a cached FSM's edges were a
+        reference each for every GC collection to walk."""
+        for name in _COLUMNS:
+            setattr(self, name, None)
+
+    def _thaw_columns(self) -> None:
+        """The edge columns as lists again, from the tables, for building."""
+        if self._eps_src is not None:
+            return
+        eps, byte, call = self._head_tables
+        for name, row in zip(_COLUMNS, (*eps, *byte, *call)):
+            setattr(self, name, row.tolist())
+
     def _forget_built(self) -> None:
         """Drop the labels of the subschemas built so far (the root's labels held its whole
         syntax tree) and the key tries of the objects built (a body holding one of those
@@ -144,6 +164,13 @@ class LazyRules:
             if key not in waiting:
                 self._tries.pop(key, None)
         self._built_tries = []
+        # A key trie kept for a body is nested dicts, a few hundred objects for every GC
+        # collection to walk while the FSM is cached: its words stand in, the trie made again
+        # if the body is built.
+        tries = self._tries
+        for key, note in tries.items():
+            if len(note) == 6 and note[1] is not None:
+                tries[key] = (note[0], None, *note[2:])
         subs = self._subs
         kept = {id(node): node for node in self._frag_nodes if id(node) in subs}
         self._frags = {key: frag for key, frag in self._frags.items() if key in kept}

@@ -400,6 +400,7 @@ class NFA(LazyRules, FragmentBuilder):
         if self._lazy:
             self._head_tables = cols          # the next `_columns` converts only what is built after
             self._forget_built()
+            self._freeze_columns()
             return
         del self._frags, self._frag_nodes, self._dead, self._mask_id, self._eps_src, self._eps_dst, self._byte_src, self._byte_mask, self._byte_dst
         del self._call_src, self._call_rule, self._call_dst, self._call_op, self._call_to, self._call_lo, self._call_hi
