@@ -145,7 +145,8 @@ class JitDFA(LazyDFA):
     def _classes_of(self, masks: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
         """The byte classes of the NFA's `masks` (class per byte, least byte per class); keeps the
         mask x class table of the kernels."""
-        raw = np.frombuffer(b"".join(m.to_bytes(32, "little") for m in masks), np.uint8).reshape(len(masks), 32)
+        known = _MASK_BYTES.get
+        raw = np.frombuffer(b"".join([known(m) or _mask_bytes(m) for m in masks]), np.uint8).reshape(len(masks), 32)
         classes, rep, self._mask_cls = self._k.byte_classes(raw)
         self._mask_order = masks
         return classes, rep
@@ -176,8 +177,9 @@ class JitDFA(LazyDFA):
             call_ret, nfa.is_end.view(np.uint8), a.edge_ptr, a.edge_dst, a.edge_mask, mask_cls, params,
             a.call_op, a.call_lo, a.call_hi,
         )
-        # one layout and dtype for every grammar, so that the kernels are compiled (loaded) once
-        return tuple(np.ascontiguousarray(x, dtype=np.uint8 if x.dtype == np.uint8 else np.int64) for x in arrays)
+        # one layout and dtype for every grammar (C-contiguous int64, uint8 for flags), as the
+        # NFA's kernels make them, so that the kernels are compiled (loaded) once
+        return arrays
 
     def _alloc(self) -> None:
         # sized for a typical schema's first masks, so that walks rarely stop to grow a table
@@ -443,6 +445,18 @@ def _scratch(trie, n_start: int) -> list[np.ndarray]:
         bufs = _local.bufs = [np.empty(tokens, np.int32), np.empty(tokens, np.int32)] + [
             np.empty(nodes, np.int32) for _ in range(4)]
     return bufs
+
+
+# Each byte mask's 32 little-endian bytes, memoized: the masks of schemas repeat (characters,
+# JSON's structural bytes, UTF-8 ranges), and converting a few dozen per compile added up.
+_MASK_BYTES: dict[int, bytes] = {}
+
+
+def _mask_bytes(mask: int) -> bytes:
+    if len(_MASK_BYTES) >= 1 << 16:
+        _MASK_BYTES.clear()
+    out = _MASK_BYTES[mask] = mask.to_bytes(32, "little")
+    return out
 
 
 def _grown(a: np.ndarray, size: int, fill: Any) -> np.ndarray:

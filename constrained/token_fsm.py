@@ -372,6 +372,11 @@ class TokenFSM:
             return None
         first = self.index.first_byte
         dead = self.dfa.transitions(state) < 0
+        live_ascii = 128 - int(np.count_nonzero(dead[:128]))
+        if live_ascii < _MIN_BYTESET_SLICE:       # e.g. a structural state, a few bytes live: when every
+            live = 256 - int(np.count_nonzero(dead))                  # check below fails, say so at once
+            if all(len(sl.first_ascii) - live > MAX_EXCLUDED for sl in self.index.slices):
+                return None
         for sl in self.index.slices:
             if np.count_nonzero(dead[sl.first_ascii]) > MAX_EXCLUDED:
                 continue                          # e.g. a structural state: `slice_view` says None
