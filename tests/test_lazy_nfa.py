@@ -228,3 +228,67 @@ def test_a_failed_prelude_build_leaves_the_nfa_as_it_was(vocabulary, monkeypatch
     assert 1 in nfa._lazy and nfa._lazy_prelude is not None
     nfa.build_lazy(1)
     assert nfa.num_states > before[0] and nfa.rule_start[1] >= 0 and len(nfa.rule_start) > before[2]
+
+
+def test_a_cached_lazy_nfa_keeps_no_per_edge_python_objects(vocabulary) -> None:
+    # between builds a lazy NFA's edges live in its numpy tables only, and the key tries kept
+    # for its bodies as their words: a cached FSM then gives the cyclic GC little to walk
+    vocab = vocabulary("llama-bpe")
+    clear_cache()
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "size": NESTED["properties"]["size"]
+                                               | {"additionalProperties": {"type": "integer"}}}}
+    fsm = compile_json_schema(schema, vocab)
+    nfa = fsm.dfa.nfa
+    assert nfa.unbuilt and nfa._eps_src is None and nfa._call_op is None
+    kept = [note for note in nfa._tries.values() if len(note) == 6]
+    assert kept and all(note[1] is None and sorted(note[5]) == ["h", "unit", "w"] for note in kept)
+    guide = fsm.guide()
+    for t in _ids(vocab, json.dumps({"name": "a", "size": {"w": 1, "h": 2, "unit": "in", "d": 3}})):
+        assert guide.advance(t)
+    assert guide.is_accepting()
+    assert nfa._eps_src is None                          # dropped again after the build
+    for bad in ('{"size": {"w": 1, "h": 2, "w": 3}}', '{"size": {"w": 1, "h": 2, "d": "x"}}'):
+        guide = fsm.guide()
+        ok = all(guide.advance(t) for t in _ids(vocab, bad))
+        assert not (ok and guide.is_accepting()), bad
+
+
+CYCLE_SCHEMAS = [
+    NESTED, OPEN,
+    {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}, {"enum": ["a", "b"]}],
+     "items": {"type": "boolean"}, "minItems": 2, "maxItems": 5},
+    {"type": "object", "properties": {"e": {"enum": ["a", "bb", 3], "maxLength": 1},
+                                      "p": {"type": "string", "pattern": "^[a-z]+$", "minLength": 2}}},
+    {"oneOf": [{"type": "object", "required": ["a"], "additionalProperties": False,
+                "properties": {"a": {"type": "string"}}},
+               {"type": "object", "required": ["b"], "properties": {"b": {"type": "integer"}}}]},
+]
+
+
+def test_a_compile_leaves_no_reference_cycles(vocabulary) -> None:
+    # what a compile makes and drops is freed at once by reference counting; a cycle (a
+    # recursive closure, an object holding its own bound method) kept the compile's state
+    # until the GC's next pass, and that pass ran inside the next compile
+    import gc
+
+    vocab = vocabulary("llama-bpe")
+    for schema in CYCLE_SCHEMAS:                          # modules and per-process tables loaded
+        clear_cache()
+        compile_json_schema(schema, vocab).guide().allowed_token_ids()
+    clear_cache()
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for schema in CYCLE_SCHEMAS:
+            fsm = compile_json_schema(schema, vocab)
+            fsm.guide().allowed_token_ids()
+            del fsm
+            clear_cache()
+        gc.collect()
+        ours = [o for o in gc.garbage
+                if str(getattr(type(o), "__module__", "")).startswith(("grammars", "constrained"))
+                or str(getattr(o, "__module__", "") if callable(o) else "").startswith(("grammars", "constrained"))]
+        assert not ours, sorted({f"{type(o).__module__}.{type(o).__qualname__}" for o in ours})
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
