@@ -2,6 +2,12 @@
 # give its node classes (C extension types there: `cython.cclass`) their fields as
 # C struct slots. The .py source stays plain Python.
 
+cdef extern from "Python.h":
+    # safe on any object (a no-op when untracked); used on the item tuples of `Seq` and `Alt`,
+    # which hold nodes only, themselves untracked (see ast.py)
+    void PyObject_GC_UnTrack(object)
+
+
 cdef class ByteSet:
     cdef readonly object mask
 

@@ -32,6 +32,8 @@ try:
     import cython
 except ImportError:  # the source runs as plain Python, without Cython: its decorators do nothing
     class cython:  # noqa: N801 - stands in for the module
+        compiled = False
+
         @staticmethod
         def cclass(cls: type) -> type:
             return cls
@@ -63,6 +65,9 @@ _SURROGATES = (0xD800, 0xDFFF)
 # objects a median dev schema's compile leaves went from 293 to 54, the largest
 # mask of `bench masks` (a full collection in its worker) from 40-60 to 24-33 ms,
 # and the median grammar from 215 to 195 us. As source, they are classes with slots.
+# Compiled, `Seq` and `Alt` also untrack their item tuples when made (they hold nodes
+# only), instead of leaving that to the next collection: a compile's kept syntax was
+# ~1,000 young tuples at each gen-0 collection, nine tenths of what it walked.
 #
 # Nodes are shared DAGs that get hashed and compared a lot (dedup in `alt`,
 # memo tables keyed by node): each caches its hash when first asked (not at
@@ -113,6 +118,8 @@ class Seq:
 
     def __init__(self, items: tuple["Node", ...]) -> None:
         self.items = items
+        if cython.compiled:
+            PyObject_GC_UnTrack(items)  # noqa: F821 - declared in ast.pxd (C API)
         self._hash = 0                    # computed when first asked
 
     def __eq__(self, other: object) -> bool:
@@ -143,6 +150,8 @@ class Alt:
 
     def __init__(self, items: tuple["Node", ...]) -> None:
         self.items = items
+        if cython.compiled:
+            PyObject_GC_UnTrack(items)  # noqa: F821 - declared in ast.pxd (C API)
         self._hash = 0
 
     def __eq__(self, other: object) -> bool:
