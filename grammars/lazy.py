@@ -28,7 +28,8 @@ from grammars.fragments import _SHARED, FREE, SPLICE
 
 __all__ = ["LazyRules", "LAZY_MIN", "LAZY_MIN_IN_BODY"]
 
-# The builder's edge columns, in the order of `NFA._columns`' tables (epsilon, byte, call edges).
+# The builder's edge columns, in the order of `NFA._columns`' tables (epsilon, byte, call edges;
+# `nfa._GROUPS` cuts them there).
 _COLUMNS = ("_eps_src", "_eps_dst", "_byte_src", "_byte_dst", "_byte_mask", "_call_src", "_call_rule",
             "_call_dst", "_call_op", "_call_to", "_call_lo", "_call_hi")
 

@@ -72,7 +72,7 @@ from grammars.ast import Grammar, Node
 from grammars.fragments import (  # noqa: F401 - re-exported: the call edge kinds and `share` are part of the NFA's API
     ENTER, FREE, HEAD, INC, REG, SPLICE, SUBROUTINE_MIN, UNROLL_LIMIT, FragmentBuilder, share,
 )
-from grammars.lazy import LazyRules
+from grammars.lazy import _COLUMNS, LazyRules
 from grammars.need import INF, compute_need
 
 __all__ = ["NFA", "NFAArrays", "INF", "gc_paused", "share", "REG", "FREE", "ENTER", "HEAD", "INC", "SPLICE", "UNROLL_LIMIT",
@@ -415,8 +415,7 @@ class NFA(LazyRules, FragmentBuilder):
         int; `np.fromiter` took 15, `np.array` more, and a call per column adds
         up). A prelude's part was converted when it was made, so only what
         follows it is converted here (a third of an open object's edges)."""
-        cols = (self._eps_src, self._eps_dst, self._byte_src, self._byte_dst, self._byte_mask, self._call_src,
-                self._call_rule, self._call_dst, self._call_op, self._call_to, self._call_lo, self._call_hi)
+        cols = [getattr(self, name) for name in _COLUMNS]
         heads = self._head_tables or (None, None, None)
         skip = [0 if h is None else h.shape[1] for h in heads]
         flat: list[int] = []
