@@ -140,7 +140,7 @@ class JitDFA(LazyDFA):
 
     def _init_classes(self, masks: set[int]) -> None:
         """`LazyDFA._init_classes` in one kernel, which also gives the mask x class table."""
-        self._set_classes(*self._classes_of(self.nfa.arrays.masks))   # `masks`, ascending: the NFA's mask ids
+        self._set_classes(*self._classes_of(self.nfa.arrays.masks))   # `masks` in the order of the NFA's mask ids
 
     def _classes_of(self, masks: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
         """The byte classes of the NFA's `masks` (class per byte, least byte per class); keeps the

@@ -99,7 +99,8 @@ class NFAArrays:
     Attributes:
         eps_ptr, eps_dst: epsilon edges of state s are eps_dst[eps_ptr[s]:eps_ptr[s + 1]].
         edge_ptr, edge_dst, edge_mask: byte edges; `edge_mask` indexes `masks`.
-        masks: the distinct byte masks, ascending.
+        masks: the distinct byte masks, in order of first use: a lazy body's new masks
+            come after the others, whose ids stay.
         call_ptr, call_rule, call_dst: call edges (rule index or -1, return or exit state).
         call_op, call_to, call_lo, call_hi: per call edge its kind (`REG` ... `INC`),
             the state it goes to (a rule's start, a loop head or body), and a
@@ -210,7 +211,7 @@ class NFA(LazyRules, FragmentBuilder):
     need_kernel = None
     # Compiled `_compute_need` and `_csr` straight from `_columns` (see `constrained.need_kernel`),
     # installed with `need_kernel`: (n, rule_start, rule_end, eps, byte, call, max_depth) -> need,
-    # and (n, eps, byte, call, remap, rule_start) -> the CSR columns of `NFAArrays`, masks aside.
+    # and (n, eps, byte, call, rule_start) -> the CSR columns of `NFAArrays`, masks aside.
     need_columns_kernel = None
     csr_kernel = None
 
@@ -390,7 +391,6 @@ class NFA(LazyRules, FragmentBuilder):
         for rule in self._lazy or ():
             if rule not in self._placeholder:
                 self._placeholder[rule] = self.rule_end[rule] = self._new()
-        self._masks = frozenset(self._mask_id)
         self.is_end = np.zeros(self._count, dtype=np.bool_)     # numpy: the DFA kernels take it as is
         self.is_end[self.rule_end] = True
         self.max_depth = max_depth
@@ -445,18 +445,16 @@ class NFA(LazyRules, FragmentBuilder):
             np.cumsum(np.bincount(table[0], minlength=n), out=ptr[1:])
             return (ptr, *table[1:, order])
 
-        masks = tuple(sorted(self._masks))
-        rank = {m: i for i, m in enumerate(masks)}
-        # first-use ids -> ascending-mask ids, applied to the whole column at once
-        remap = np.array([rank[m] for m in self._mask_id], dtype=np.int64)
+        # (in order of first use, the ids the edges have: sorting them took three passes of
+        # 256-bit ints, 15-30 us a compile; the byte classes rank them where they need to)
+        masks = tuple(self._mask_id)
         if self.csr_kernel is not None:
             eps_ptr, eps_dst, edge_ptr, edge_dst, edge_mask, *calls = self.csr_kernel(
-                n, *cols, remap, np.array(self.rule_start, dtype=np.int64))
+                n, *cols, np.array(self.rule_start, dtype=np.int64))
             return NFAArrays(eps_ptr, eps_dst, edge_ptr, edge_dst, edge_mask, masks, *calls)
         eps, byte, call = cols
         eps_ptr, eps_dst = group(eps)
         edge_ptr, edge_dst, edge_mask = group(byte)
-        edge_mask = remap[edge_mask] if len(edge_mask) else edge_mask
         call_ptr, call_rule, call_dst, call_op, call_to, call_lo, call_hi = group(call)
         if len(call_rule):              # rule calls go to their rule's start
             starts = np.array(self.rule_start, dtype=np.int64)
@@ -537,7 +535,7 @@ class NFA(LazyRules, FragmentBuilder):
 
     def masks(self) -> set[int]:
         """All distinct byte masks on edges (they define the byte classes)."""
-        return set(self._masks)
+        return set(self.arrays.masks)
 
     # -- finishability ------------------------------------------------------
 
@@ -552,7 +550,7 @@ class NFA(LazyRules, FragmentBuilder):
         is an epsilon move; INC is not followed (the pseudo-rule ends there).
         """
         n = self.num_states
-        if self.fast_need and REG not in self._call_op and not self._dead and 0 not in self._masks:
+        if self.fast_need and REG not in self._call_op and not self._dead and 0 not in self._mask_id:
             # Without rule calls and without dead parts (NOTHING, empty byte sets) every
             # Thompson fragment state reaches its fragment's exit, hence its rule's end.
             return [0] * n
