@@ -74,12 +74,13 @@ def load_kernels() -> Any:
                     NFA.need_kernel = staticmethod(_kernels.compute_need)
                     NFA.need_columns_kernel = staticmethod(need_kernel.need_from_columns)
                     NFA.csr_kernel = staticmethod(need_kernel.csr_from_columns)
+                    NFA.finish_kernel = staticmethod(need_kernel.finish_from_columns)
                     _warm_up()
                 except Exception as e:  # noqa: BLE001 - a kernel that fails to build must not break compiling
                     warnings.warn(f"constrained: compiled DFA kernels unavailable ({type(e).__name__}: {e}); "
                                   "using the Python DFA", RuntimeWarning, stacklevel=2)
                     _kernels = None
-                    NFA.need_kernel = NFA.need_columns_kernel = NFA.csr_kernel = None
+                    NFA.need_kernel = NFA.need_columns_kernel = NFA.csr_kernel = NFA.finish_kernel = None
     return _kernels
 
 

@@ -214,6 +214,9 @@ class NFA(LazyRules, FragmentBuilder):
     # and (n, eps, byte, call, rule_start) -> the CSR columns of `NFAArrays`, masks aside.
     need_columns_kernel = None
     csr_kernel = None
+    # Both in one call, with `is_end`: (n, rule_start, need_start, rule_end, eps, byte, call,
+    # max_depth, fast) -> (need, is_end, the CSR columns); used when installed (with the others).
+    finish_kernel = None
 
     def __init__(self, grammar: Grammar, *, max_depth: int = 64, lazy: bool = False) -> None:
         with gc_paused():
@@ -391,12 +394,15 @@ class NFA(LazyRules, FragmentBuilder):
         for rule in self._lazy or ():
             if rule not in self._placeholder:
                 self._placeholder[rule] = self.rule_end[rule] = self._new()
-        self.is_end = np.zeros(self._count, dtype=np.bool_)     # numpy: the DFA kernels take it as is
-        self.is_end[self.rule_end] = True
         self.max_depth = max_depth
         cols = self._columns()
-        self.need: list[int] | np.ndarray = self._compute_need(max_depth, cols)
-        self.arrays = self._csr(cols)
+        if self.finish_kernel is not None:
+            self._finish_native(max_depth, cols)
+        else:
+            self.is_end = np.zeros(self._count, dtype=np.bool_)     # numpy: the DFA kernels take it as is
+            self.is_end[self.rule_end] = True
+            self.need: list[int] | np.ndarray = self._compute_need(max_depth, cols)
+            self.arrays = self._csr(cols)
         if self._lazy:
             self._head_tables = cols          # the next `_columns` converts only what is built after
             self._forget_built()
@@ -406,6 +412,24 @@ class NFA(LazyRules, FragmentBuilder):
         del self._call_src, self._call_rule, self._call_dst, self._call_op, self._call_to, self._call_lo, self._call_hi
         del self._subs, self._pending, self._labels, self._tries, self._head_tables
         del self._lazy_rule_of, self._free_memo, self._entries, self._null_memo, self._built_labels, self._built_tries
+
+    def _finish_native(self, max_depth: int, cols: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+        """`is_end`, `need` (`_compute_need`) and `arrays` (`_csr`) in one `finish_kernel` call."""
+        starts = np.array(self.rule_start, dtype=np.int64)
+        fast = self._need_is_trivial()
+        need_start = starts
+        if self._placeholder and not fast:
+            need_start = np.array([self._placeholder[r] if x < 0 else x for r, x in enumerate(self.rule_start)],
+                                  dtype=np.int64)
+        need, self.is_end, eps_ptr, eps_dst, edge_ptr, edge_dst, edge_mask, *calls = self.finish_kernel(
+            self._count, starts, need_start, np.array(self.rule_end, dtype=np.int64), *cols, max_depth, fast)
+        self.need = need
+        self.arrays = NFAArrays(eps_ptr, eps_dst, edge_ptr, edge_dst, edge_mask, tuple(self._mask_id), *calls)
+
+    def _need_is_trivial(self) -> bool:
+        """Without rule calls and without dead parts (NOTHING, empty byte sets) every Thompson
+        fragment state reaches its fragment's exit, hence its rule's end: need is 0 everywhere."""
+        return self.fast_need and REG not in self._call_op and not self._dead and 0 not in self._mask_id
 
     def _columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The edge columns in numpy: epsilon (src, dst), byte (src, dst, mask id)
@@ -550,9 +574,7 @@ class NFA(LazyRules, FragmentBuilder):
         is an epsilon move; INC is not followed (the pseudo-rule ends there).
         """
         n = self.num_states
-        if self.fast_need and REG not in self._call_op and not self._dead and 0 not in self._mask_id:
-            # Without rule calls and without dead parts (NOTHING, empty byte sets) every
-            # Thompson fragment state reaches its fragment's exit, hence its rule's end.
+        if self._need_is_trivial():
             return [0] * n
         rule_start = self.rule_start
         if self._placeholder:                 # a lazy rule without its body: its placeholder

@@ -208,11 +208,11 @@ def test_kernels_that_fail_to_load_fall_back_to_the_python_dfa(monkeypatch):
     monkeypatch.setattr(dfa_jit, "_loaded", False)
     monkeypatch.setattr(dfa_jit, "_kernels", None)
     monkeypatch.setattr(dfa_jit, "_warm_up", broken)
-    for name in ("need_kernel", "need_columns_kernel", "csr_kernel"):
+    for name in ("need_kernel", "need_columns_kernel", "csr_kernel", "finish_kernel"):
         monkeypatch.setattr(NFA, name, getattr(NFA, name))      # restored afterwards
     with pytest.warns(RuntimeWarning, match="no LLVM for this CPU"):
         assert dfa_jit.native_dfa_class() is None
-    assert NFA.need_kernel is NFA.need_columns_kernel is NFA.csr_kernel is None   # compiled NFA steps go with them
+    assert NFA.need_kernel is NFA.need_columns_kernel is NFA.csr_kernel is NFA.finish_kernel is None  # NFA steps too
     v = SimpleNamespace(token_bytes=(b"1", b"2", b"12", None), eos_token_ids=(3,), size=4, fingerprint="fallback")
     fsm = compile_grammar(regex_grammar("[12]+"), v)
     assert type(fsm.dfa) is LazyDFA and fsm.guide().allowed_token_ids().tolist() == [0, 1, 2]

@@ -266,17 +266,21 @@ def test_compiled_need_on_random_counter_grammars(seed: int, monkeypatch: pytest
 
 
 def _needs(g: Grammar, max_depth: int, monkeypatch: pytest.MonkeyPatch) -> bool:
-    """Whether the Python fixpoint, the compiled one and the one straight from the columns agree."""
+    """Whether the Python fixpoint, the compiled one, the one straight from the columns and the
+    one inside `finish_from_columns` agree."""
     from constrained import need_kernel   # numba: only where the callers' skipif found it
 
     k = load_kernels()
     monkeypatch.setattr(NFA, "fast_need", False)
     found = []
-    for kernel, columns in ((None, None), (k.compute_need, None), (None, need_kernel.need_from_columns)):
+    for kernel, columns, finish in ((None, None, None), (k.compute_need, None, None),
+                                    (None, need_kernel.need_from_columns, None),
+                                    (None, None, need_kernel.finish_from_columns)):
         monkeypatch.setattr(NFA, "need_kernel", kernel and staticmethod(kernel))
         monkeypatch.setattr(NFA, "need_columns_kernel", columns and staticmethod(columns))
+        monkeypatch.setattr(NFA, "finish_kernel", finish and staticmethod(finish))
         found.append(np.asarray(NFA(g, max_depth=max_depth).need).tolist())
-    return found[0] == found[1] == found[2]
+    return found[0] == found[1] == found[2] == found[3]
 
 
 @pytest.mark.parametrize("path", sorted(CORPUS.glob("*.json"))[::3], ids=lambda p: p.stem)

@@ -215,13 +215,21 @@ def test_compiled_csr_matches_numpy(path: Path, monkeypatch: pytest.MonkeyPatch)
     _kernels()
     from constrained.need_kernel import csr_from_columns
 
+    from constrained.need_kernel import finish_from_columns
+
+    monkeypatch.setattr(NFA, "finish_kernel", None)
     monkeypatch.setattr(NFA, "csr_kernel", staticmethod(csr_from_columns))
-    compiled = NFA(g, max_depth=g.info["max_depth"]).arrays
+    compiled = NFA(g, max_depth=g.info["max_depth"])
     monkeypatch.setattr(NFA, "csr_kernel", None)
-    plain = NFA(g, max_depth=g.info["max_depth"]).arrays
-    for name, value in vars(plain).items():
-        got = getattr(compiled, name)
-        assert (got == value if name == "masks" else got.tolist() == value.tolist()), name
+    plain = NFA(g, max_depth=g.info["max_depth"])
+    monkeypatch.setattr(NFA, "finish_kernel", staticmethod(finish_from_columns))
+    fused = NFA(g, max_depth=g.info["max_depth"])       # need, is_end and the CSR columns in one call
+    for got in (compiled, fused):
+        for name, value in vars(plain.arrays).items():
+            have = getattr(got.arrays, name)
+            assert (have == value if name == "masks" else have.tolist() == value.tolist()), name
+    assert np.asarray(fused.need).tolist() == np.asarray(plain.need).tolist()
+    assert fused.is_end.dtype == plain.is_end.dtype and fused.is_end.tolist() == plain.is_end.tolist()
 
 
 @pytest.mark.parametrize("schema", [
