@@ -344,7 +344,11 @@ class _Layout:
         the automaton stays linear in the number of members.
         """
         n = len(self.members)
-        first_required = next((i for i, (_, req) in enumerate(self.members) if req), n)
+        first_required = n
+        for i, (_, req) in enumerate(self.members):    # (not `next(<generator>)`: see json_strings._raw_not_in)
+            if req:
+                first_required = i
+                break
         steps = self._steps()
         firsts = [seq(self.members[i][0], *steps[i + 1:]) for i in range(min(first_required + 1, n))]
         nonempty = seq(union(*firsts), self._extras(1))

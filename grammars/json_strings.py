@@ -255,7 +255,11 @@ def _raw_not_in(trie: dict) -> Node:
     """
     parts: list[Node] = [] if trie.get(None) else [EMPTY]
     if len(trie) - (None in trie) == 1:        # most trie nodes: one child
-        cp = next(k for k in trie if k is not None)
+        # (a loop, not `next(<generator>)`: compiled, closing the unfinished generator raised
+        # GeneratorExit in it, with a traceback, at every trie node)
+        for cp in trie:
+            if cp is not None:
+                break
         parts.append(Seq((_BYTE_NODES[cp], _raw_not_in(trie[cp]))))
         parts.append(_OTHERS_REST[cp])
     elif len(trie) == 1:                       # a leaf: the end of a word
