@@ -106,6 +106,9 @@ class AsyncLM(PrefixPlanning):
         self.stats: Counter[str] = Counter()
         self.prefix_caching = prefix_caching
         self.splits_kv = False  # set by `_setup` where a prefix's KV is exactly the first positions of a longer one's
+        # set by `_setup` where `_live_join` / `_live_feed` work: the decode loop then keeps rows' KV alive
+        # between steps instead of sending whole sequences through the trie (False: the per-step trie path)
+        self.live_decoding = False
         self.model: Any = None
         self._tokenizer: Any = None
         self._vocab_size = 0
@@ -367,6 +370,49 @@ class AsyncLM(PrefixPlanning):
     def _live_keep(self, live: Any, rows: list[int]) -> Any:
         """Keep only `rows` (indices into the current rows) of `live`, in order."""
         return [live[r] for r in rows]
+
+    # The decode loop's live batch (`constrained.live`), where `live_decoding` is set: rows join it with
+    # their whole sequence (prefilled through the trie), then feed only the tokens they appended.
+
+    def _live_join(self, live: Any, prompts: list[Prompt]) -> tuple[Any, Sequence[np.ndarray]]:
+        """Append `prompts` as new rows after those of `live` (None: no rows yet); return the merged state
+        and the new rows' next-token logprobs."""
+        raise NotImplementedError
+
+    def _live_feed(self, live: Any, feeds: list[Prompt]) -> Sequence[np.ndarray]:
+        """Append ``feeds[i]`` (one or more tokens) to row ``i`` of `live`; return each row's next-token logprobs."""
+        raise NotImplementedError
+
+    def _live_advance(
+        self, live: Any, keep: list[int] | None, feeds: list[Prompt], joins: list[Prompt]
+    ) -> tuple[Any, list[np.ndarray]]:
+        """Worker thread: one decode step of a live batch.
+
+        Rows not in `keep` (None: all) leave, the kept rows take their
+        `feeds`, then `joins` enter at the end. Returns the new state and the
+        logprobs of the kept rows, then of the joined ones. On an exception
+        the state may be half-updated: the caller must drop it.
+        """
+        if live is not None and keep is not None:
+            live = self._live_keep(live, keep) if keep else None
+        lps = list(self._live_feed(live, feeds)) if feeds else []
+        if joins:
+            live, new = self._live_join(live, joins)
+            lps += list(new)
+        return live, lps
+
+    async def live_advance(
+        self, live: Any, keep: list[int] | None, feeds: list[Prompt], joins: list[Prompt]
+    ) -> tuple[Any, list[np.ndarray]]:
+        """`_live_advance` on the worker thread."""
+        return await asyncio.wrap_future(self._submit(self._live_advance, live, keep, feeds, joins))
+
+    def live_release(self, live: Any) -> None:
+        """Let the worker thread drop a live state (frameworks that want one thread free it there)."""
+        holder = [live]
+        del live
+        if not self._closed:
+            self._submit(holder.clear)
 
 
 class _LoopQueue:

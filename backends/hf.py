@@ -131,6 +131,10 @@ class BufferLayer(DynamicLayer):
         self.is_initialized, self.length = False, 0
 
 
+# Free columns a live batch reserves past its longest row when rows join (the buffers double past it).
+_LIVE_RESERVE = 64
+
+
 @dataclass
 class _Live:
     """A batch being decoded: its KV cache, attention mask (1 = real column) and each row's next position."""
@@ -179,6 +183,7 @@ class HFLM(ModelLM):
             warnings.warn(f"HFLM: prefix caching disabled, the model's cache layers ({', '.join(kinds)}) cannot be sliced", stacklevel=2)
             self.prefix_caching = False
         self.splits_kv = full_attention
+        self.live_decoding = full_attention  # live batches merge and pad `BufferLayer`s
         # Packing also needs a kernel that honours a custom 4-D mask.
         self._can_pack = full_attention and model.config._attn_implementation in ("sdpa", "eager")
         return vocab_size, sorted(int(t) for t in eos_ids), tokenizer
@@ -344,3 +349,46 @@ class HFLM(ModelLM):
         idx = torch.tensor(rows, dtype=torch.long)
         live.cache.batch_select_indices(idx)
         return _Live(live.cache, live.mask[idx], live.pos[idx])
+
+    @torch.inference_mode()
+    def _live_feed(self, live: _Live, feeds: list[Prompt]) -> np.ndarray:
+        """Feed each row its new tokens in ONE call: a block of the longest feed's width, each row's tokens
+        at its right end (so every row's last token shares the last column), the columns before them
+        masked out like left padding, and `position_ids` that continue each row's own positions."""
+        B, L = len(feeds), max(len(f) for f in feeds)
+        if L == 1:
+            return self._live_step(live, [f[0] for f in feeds])
+        ids = torch.zeros(B, L, dtype=torch.long)
+        block = torch.zeros(B, L, dtype=torch.long)
+        for i, f in enumerate(feeds):
+            ids[i, L - len(f) :] = torch.tensor(f, dtype=torch.long)
+            block[i, L - len(f) :] = 1
+        lens = block.sum(dim=1)
+        # row i's first new token sits at column L - lens[i] and takes position pos[i]
+        pos = ((live.pos + lens - L).unsqueeze(1) + torch.arange(L).unsqueeze(0)).clamp(min=0)  # padding: masked
+        live.mask = torch.cat([live.mask, block], dim=1)
+        out = self.model(input_ids=ids, attention_mask=live.mask, position_ids=pos, past_key_values=live.cache,
+                         use_cache=True, logits_to_keep=1)  # fmt: skip
+        live.pos = live.pos + lens
+        self.stats["model_tokens"] += int(lens.sum())
+        self.stats["padded_tokens"] += B * L
+        self.stats["forward_calls"] += 1
+        return torch.log_softmax(out.logits[:, -1, :].float(), dim=-1).numpy()
+
+    @torch.inference_mode()
+    def _live_join(self, live: _Live | None, prompts: list[Prompt]) -> tuple[_Live, np.ndarray]:
+        """New rows through `_live_start` (the trie prefills them), then both batches copied into one
+        buffer, right-aligned: the shorter one gains left padding (masked) and nothing moves in time."""
+        new, logprobs = self._live_start(prompts, _LIVE_RESERVE)
+        if live is None:
+            return new, logprobs
+        Ta, Tb = live.mask.shape[1], new.mask.shape[1]
+        T, Ba = max(Ta, Tb), live.mask.shape[0]
+        cache = self._new_cache(T + _LIVE_RESERVE)
+        for layer, a, b in zip(cache.layers, live.cache.layers, new.cache.layers):
+            keys, values = layer.reserve(a.keys[0], a.values[0], Ba + new.mask.shape[0])
+            keys[:Ba, :, T - Ta : T], values[:Ba, :, T - Ta : T] = a.keys, a.values
+            keys[Ba:, :, T - Tb : T], values[Ba:, :, T - Tb : T] = b.keys, b.values
+            layer.set_length(T)
+        pad = lambda m: torch.cat([m.new_zeros((m.shape[0], T - m.shape[1])), m], dim=1)  # noqa: E731
+        return _Live(cache, torch.cat([pad(live.mask), pad(new.mask)]), torch.cat([live.pos, new.pos])), logprobs

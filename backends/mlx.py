@@ -103,6 +103,7 @@ class MLXLM(ModelLM):
             warnings.warn(f"MLXLM: prefix caching disabled, the model's caches ({', '.join(kinds)}) cannot be sliced", stacklevel=2)
             self.prefix_caching = False
         self.splits_kv = plain
+        self.live_decoding = plain  # live batches are mlx-lm `BatchKVCache`s, extended and filtered
         vocab_size = int(model(mx.array([[0]])).shape[-1])  # output width, may exceed len(tokenizer)
         return vocab_size, sorted(int(t) for t in eos), hf_tokenizer
 
@@ -195,3 +196,32 @@ class MLXLM(ModelLM):
         for c in live:
             c.filter(mx.array(rows, dtype=mx.int32))
         return live
+
+    def _live_feed(self, live: Any, feeds: list[Prompt]) -> np.ndarray:
+        """Feed each row its new tokens: all but the last right-padded and rolled into place (as mlx-lm
+        prefills a batch), then every row's last token in one step."""
+        heads = [list(f[:-1]) for f in feeds]
+        width = max(len(h) for h in heads)
+        if width:
+            padding = [width - len(h) for h in heads]
+            if max(padding):
+                for c in live:
+                    c.prepare(right_padding=padding)
+            self.model(mx.array([h + [0] * (width - len(h)) for h in heads]), cache=live)
+            if max(padding):
+                for c in live:
+                    c.finalize()  # rolls each row right by its padding, which becomes left padding
+            self.stats["model_tokens"] += sum(map(len, heads))
+            self.stats["padded_tokens"] += len(heads) * width
+            self.stats["forward_calls"] += 1
+        return self._live_step(live, [f[-1] for f in feeds])
+
+    def _live_join(self, live: Any, prompts: list[Prompt]) -> tuple[Any, np.ndarray]:
+        """New rows through `_live_start` (the trie prefills them), appended to `live` by mlx-lm's
+        `BatchKVCache.extend` (right-aligned: the shorter side gains left padding)."""
+        new, logprobs = self._live_start(prompts, 0)
+        if live is None:
+            return new, logprobs
+        for a, b in zip(live, new):
+            a.extend(b)
+        return live, logprobs

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from constrained.live import LiveBatch
 from constrained.sampling import sample_masked
 
 if TYPE_CHECKING:
@@ -197,6 +198,8 @@ class DecodeLoop:
         self._joining: list[Row] = []           # rows waiting for the next step
         self._groups: dict[Row, _Group] = {}
         self._driver: asyncio.Task[None] | None = None
+        self._kv: LiveBatch | None = None      # the rows' live KV batch, on backends that keep one
+        self.live_stats: dict[str, int] = {}     # of the last live run: rows joined, steps that fell back
 
     @property
     def rows(self) -> int:
@@ -236,6 +239,8 @@ class DecodeLoop:
 
     async def _drive(self) -> None:
         """Step every live row until none is left (runs as one task while there is work)."""
+        if getattr(self.lm, "live_decoding", False):
+            self._kv = LiveBatch(self.lm, lambda seqs: _logprobs(self.lm, seqs))
         try:
             while True:
                 self._active = [r for r in self._active + self._joining if self._live(r)]
@@ -243,7 +248,10 @@ class DecodeLoop:
                 if not self._active:
                     break
                 batch = self._active
-                results = await _logprobs(self.lm, [row.sequence() for row in batch])
+                if self._kv is not None:
+                    results = await self._kv.logprobs(batch)
+                else:
+                    results = await _logprobs(self.lm, [row.sequence() for row in batch])
                 self.steps += 1
                 for row, lp in zip(batch, results):
                     if row.status is None:          # not cancelled while the step ran
@@ -259,6 +267,10 @@ class DecodeLoop:
                 if group is not None and not group.done.done():
                     group.done.cancel()
             self._active, self._joining, self._driver = [], [], None
+            if self._kv is not None:
+                self.live_stats = {"joined": self._kv.joined, "fallbacks": self._kv.fallbacks}
+                self._kv.close()
+                self._kv = None
 
     def _advance(self, row: Row, lp: Any) -> None:
         before = len(row.tokens)
