@@ -199,7 +199,7 @@ class DecodeLoop:
         self._groups: dict[Row, _Group] = {}
         self._driver: asyncio.Task[None] | None = None
         self._kv: LiveBatch | None = None      # the rows' live KV batch, on backends that keep one
-        self.live_stats: dict[str, int] = {}     # of the last live run: rows joined, steps that fell back
+        self.live_stats = {"joined": 0, "fallbacks": 0}  # live batch: rows that joined, steps that fell back
 
     @property
     def rows(self) -> int:
@@ -268,7 +268,8 @@ class DecodeLoop:
                     group.done.cancel()
             self._active, self._joining, self._driver = [], [], None
             if self._kv is not None:
-                self.live_stats = {"joined": self._kv.joined, "fallbacks": self._kv.fallbacks}
+                self.live_stats["joined"] += self._kv.joined
+                self.live_stats["fallbacks"] += self._kv.fallbacks
                 self._kv.close()
                 self._kv = None
 
