@@ -348,7 +348,16 @@ class HFLM(ModelLM):
     def _live_keep(self, live: _Live, rows: list[int]) -> _Live:
         idx = torch.tensor(rows, dtype=torch.long)
         live.cache.batch_select_indices(idx)
-        return _Live(live.cache, live.mask[idx], live.pos[idx])
+        mask = live.mask[idx]
+        # drop the leading columns that are padding in every row left (the rows that needed them are gone)
+        first = int(mask.argmax(dim=1).min())
+        if first:
+            for layer in live.cache.layers:
+                layer._k, layer._v = layer._k[:, :, first:], layer._v[:, :, first:]
+                layer.set_length(layer.length - first)
+            mask = mask[:, first:]
+            self.stats["live_columns_dropped"] += first
+        return _Live(live.cache, mask, live.pos[idx])
 
     @torch.inference_mode()
     def _live_feed(self, live: _Live, feeds: list[Prompt]) -> np.ndarray:

@@ -291,6 +291,8 @@ def _run_hf_part(args: Any, emit: Callable[[dict], None], say: Callable[[str], N
     kinds = [] if getattr(args, "loop_only", False) else ["unconstrained", "ours"] + list(ctx["peers"])
     if ctx["lm"] is not None:   # our loop on its live KV batch, and (/trie) on the per-step trie path
         kinds += ["generate:unconstrained", "generate:ours", "generate:unconstrained/trie", "generate:ours/trie"]
+        if getattr(args, "rejoin", False):   # forced runs re-entering through the trie instead of fed live
+            kinds += ["generate:ours/rejoin"]
     rows_out = []
     for bs in args.batch_sizes:
         prompts = [prompt_ids[i % len(prompt_ids)] for i in range(bs)]
@@ -313,7 +315,7 @@ def _run_hf_part(args: Any, emit: Callable[[dict], None], say: Callable[[str], N
 
 def _row(kind: str, bs: int, results: dict[str, dict], model_dir: str, vocab: Any, device: str = "cpu") -> dict:
     r = results[kind]
-    base = results["generate:unconstrained" + kind[kind.index("/"):] if "/" in kind else
+    base = results["generate:unconstrained/trie" if kind.endswith("/trie") else
                    "generate:unconstrained" if kind.startswith("generate:") else "unconstrained"]
     return {"suite": "decode", "backend": "hf", "device": device, "batch": bs, "mode": kind, "model": model_dir,
             "tokens": r["tokens"], "best_s": round(r["best"], 4), "first_s": round(r["first"], 4),
@@ -326,7 +328,7 @@ def _row(kind: str, bs: int, results: dict[str, dict], model_dir: str, vocab: An
                                        if "steps" in r and "steps" in base else None),
             "cpu_s": round(r["cpu"], 4),
             "cpu_vs_unconstrained": round((r["tokens"] / r["cpu"]) / (base["tokens"] / base["cpu"]), 3),
-            "valid_json_rows": None if kind.endswith("unconstrained") else _valid_rows(r["rows"], vocab),
+            "valid_json_rows": None if "unconstrained" in kind else _valid_rows(r["rows"], vocab),
             # time inside the logits processor per generation step (all rows): first repetition (states
             # visited for the first time) and the least over repetitions (warm)
             "proc_us_per_step_first": round(r["step_us"][0], 1) if "step_us" in r else None,
@@ -342,6 +344,9 @@ def _measure(model: Any, prompts: list[list[int]], eos: set[int], args: Any, kin
             t0, c0 = time.perf_counter(), time.process_time()
             if kind.startswith("generate:"):
                 ctx["lm"].live_decoding = not kind.endswith("/trie")
+                from constrained import live
+
+                live.MAX_FEED = 1 if kind.endswith("/rejoin") else None
                 rows = _run_generate(ctx["lm"], prompts, args.max_tokens, kind.startswith("generate:ours"))
             else:
                 # (unconstrained: a processor that returns the scores as they are, to count the steps)

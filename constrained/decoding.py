@@ -2,15 +2,22 @@
 
 Every sequence (a *row*: one sample of one request) holds its token ids, a
 `Guide` (None when unconstrained), its sampling settings and its own seeded
-RNG. A step sends the full token sequence of every live row to the backend's
-`batch_next_token_logprobs` in ONE call. The backend finds each row's longest
-cached prefix in its token trie, so only the new tokens run through the model:
-one per row after a sampled token, several after forced tokens, none for the
-second of two identical rows (the `n` samples of a prompt share its prefill).
+RNG. A step asks the backend for every running row's next-token logprobs in
+ONE call, in one of two ways:
+
+- on a backend with `live_decoding` (`HFLM`, `MLXLM`), the rows sit in one
+  KV batch that stays alive in the backend (`constrained.live.LiveBatch`): a
+  row joins it once, its sequence prefilled through the token trie (the `n`
+  samples of a prompt share one prefill), then each step feeds it only the
+  tokens it appended, and it leaves when it finishes. A step costs one token
+  per row, with no trie lookup and no KV copied;
+- otherwise (`MockLM`), the full token sequence of every row goes to
+  `batch_next_token_logprobs`; the backend finds each row's longest cached
+  prefix in its trie, so only the new tokens run through the model.
 
 Forced tokens (`Guide.forced_tokens()`, e.g. the ``"name": "`` between two
 fields) are appended without sampling; the next model call runs them all at
-once as that row's suffix.
+once, beside the other rows' single tokens.
 
 Near its `max_tokens`, a constrained row is steered (`constrained.budget`):
 only tokens that keep a complete output within the budget are allowed, so
@@ -177,8 +184,8 @@ class _Group:
 class DecodeLoop:
     """The decode loop, open to rows that join while it runs (continuous batching).
 
-    Each step sends the sequence of every live row, whoever added it, to the
-    backend in ONE call. Rows added by `run` join at the next step and leave
+    Each step runs every live row, whoever added it, in ONE backend call (on
+    its live KV batch where the backend keeps one). Rows added by `run` join at the next step and leave
     as they finish, so concurrent callers (a server's requests) share model
     calls and the backend's prefix trie. `decode` runs a private loop; a
     server keeps one per model. A loop belongs to the event loop it first ran on.

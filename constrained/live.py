@@ -30,7 +30,11 @@ if TYPE_CHECKING:
     from backends.base import AsyncLM
     from constrained.decoding import Row
 
-__all__ = ["LiveBatch"]
+__all__ = ["LiveBatch", "MAX_FEED"]
+
+# A row that appended more tokens than this since the last step (a forced run) leaves the batch and
+# rejoins through the trie instead of feeding them; None: feed any number (for measuring both ways).
+MAX_FEED: int | None = None
 
 
 class LiveBatch:
@@ -56,7 +60,8 @@ class LiveBatch:
         keep, kept, feeds = [], [], []
         for i, row in enumerate(self.rows):
             new = _appended(row, self.fed[row])
-            if row in wanted and new:       # (a row with nothing new cannot happen; it would rejoin)
+            # (a row with nothing new cannot happen; it would rejoin)
+            if row in wanted and new and (MAX_FEED is None or len(new) <= MAX_FEED):
                 keep.append(i)
                 kept.append(row)
                 feeds.append(new)

@@ -182,3 +182,17 @@ def test_the_mlx_and_torch_live_loops_agree() -> None:
     mlx, hf = (_outputs(generate_batch(async_lm(VOCAB, kind), reqs)) for kind in ("mlx", "hf"))
     same = sum(a == b for a, b in zip(mlx, hf))
     assert same >= len(mlx) - 1, (same, len(mlx))   # float32 kernels differ: a rare near-tie may flip
+
+
+def test_the_longest_row_leaving_frees_its_padding(lm, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The short rows were left-padded to the long prompt; once it ends, the batch drops those columns."""
+    reqs = [GenerationRequest("A long prompt: " + "lorem ipsum dolor sit amet " * 8, regex="[a-z]{3}", seed=5),
+            GenerationRequest("Short:", regex="[0-9]{8,12}", max_tokens=14, seed=6, n=2)]
+    monkeypatch.setattr(lm, "live_decoding", False)
+    want = _outputs(generate_batch(lm, reqs))
+    monkeypatch.setattr(lm, "live_decoding", True)
+    dropped = lm.stats["live_columns_dropped"]
+    assert _outputs(generate_batch(lm, reqs)) == want
+    assert len(want[0][1]) < len(want[1][1])                      # the long row did end first
+    if lm.backend_name == "hf":                                   # (MLX: mlx-lm's `BatchKVCache.filter` does it)
+        assert lm.stats["live_columns_dropped"] - dropped >= 40
