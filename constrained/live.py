@@ -72,6 +72,8 @@ class LiveBatch:
             state, lps = await self.lm.live_advance(state, None if len(keep) == len(self.rows) else keep,
                                                     feeds, [row.sequence() for row in joins])
         except Exception:  # noqa: BLE001 - the state may be half-updated: drop it, find the failing rows
+            self.lm.live_release(state)
+            del state
             self.rows, self.fed = [], {}
             self.fallbacks += 1
             return await self.fallback([row.sequence() for row in batch])
