@@ -196,3 +196,28 @@ def test_the_longest_row_leaving_frees_its_padding(lm, monkeypatch: pytest.Monke
     assert len(want[0][1]) < len(want[1][1])                      # the long row did end first
     if lm.backend_name == "hf":                                   # (MLX: mlx-lm's `BatchKVCache.filter` does it)
         assert lm.stats["live_columns_dropped"] - dropped >= 40
+
+
+def test_a_cancelled_request_leaves_the_live_batch_and_the_others_go_on(lm, monkeypatch: pytest.MonkeyPatch) -> None:
+    reqs = _requests("cancel")
+    monkeypatch.setattr(lm, "live_decoding", False)
+    want = _outputs(generate_batch(lm, reqs[:2]))
+    monkeypatch.setattr(lm, "live_decoding", True)
+    keep, gone = _rows(lm, reqs[:2]), _rows(lm, reqs[2:4])
+
+    async def go() -> DecodeLoop:
+        loop = DecodeLoop(lm)
+        doomed = asyncio.ensure_future(loop.run(gone))
+        kept = asyncio.ensure_future(loop.run(keep))
+        while loop.steps < 3:
+            await asyncio.sleep(0)
+        doomed.cancel()                          # its rows leave at the next step
+        await kept
+        with pytest.raises(asyncio.CancelledError):
+            await doomed
+        return loop
+
+    loop = asyncio.run(go())
+    assert all(r.status == "error" and r.error == "cancelled" for r in gone)
+    assert [(r.status, tuple(r.tokens), r.forced) for r in keep] == want
+    assert loop.live_stats == {"joined": len(keep) + len(gone), "fallbacks": 0}
