@@ -20,6 +20,12 @@ this way. Others (sliding windows / `RotatingKVCache`, `QuantizedKVCache`,
 `ArraysCache` state-space layers, ...) are detected at load time: prefix
 caching is turned off with a warning and every prompt runs from scratch,
 still batched.
+
+The decode loop (`constrained.live`) keeps its rows in one mlx-lm
+`BatchKVCache`: rows join it (`_live_join`, `BatchKVCache.extend`), feed it
+their new tokens (`_live_feed`: a forced run's head right-padded and rolled
+into place as mlx-lm prefills, then every row's last token) and leave it
+(`_live_keep`, `BatchKVCache.filter`).
 """
 
 from __future__ import annotations

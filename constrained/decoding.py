@@ -184,9 +184,10 @@ class _Group:
 class DecodeLoop:
     """The decode loop, open to rows that join while it runs (continuous batching).
 
-    Each step runs every live row, whoever added it, in ONE backend call (on
-    its live KV batch where the backend keeps one). Rows added by `run` join at the next step and leave
-    as they finish, so concurrent callers (a server's requests) share model
+    Each step runs every live row, whoever added it, in ONE backend call
+    (on its live KV batch where the backend keeps one). Rows added by `run`
+    join at the next step and leave as they finish, so concurrent callers
+    (a server's requests) share model
     calls and the backend's prefix trie. `decode` runs a private loop; a
     server keeps one per model. A loop belongs to the event loop it first ran on.
 
