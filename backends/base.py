@@ -383,16 +383,41 @@ class AsyncLM(PrefixPlanning):
         """Append ``feeds[i]`` (one or more tokens) to row ``i`` of `live`; return each row's next-token logprobs."""
         raise NotImplementedError
 
+    def _live_slice(self, live: Any, row: int, start: int, end: int) -> Any:
+        """Row `row`'s KV for positions ``[start, end)`` as a trie segment (fresh copies)."""
+        raise NotImplementedError
+
+    def _live_store(self, live: Any, rows: list[tuple[int, Prompt]]) -> None:
+        """Store in the trie the KV of rows leaving the batch, ``(row, tokens it holds)`` each, so that a
+        prompt extending one (a row rejoining, a server's next turn) runs only what is new."""
+        if not self.prefix_caching:
+            return
+        for row, tokens in rows:
+            chain = self.trie.longest_kv(tokens)
+            start = 0 if len(chain) >= self.max_segments else chain[-1].end if chain else 0
+            if start >= len(tokens):
+                continue
+            try:
+                self.trie.put_kv(tokens, self._live_slice(live, row, start, len(tokens)), start)
+            except ValueError:  # its base was evicted meanwhile
+                self.stats["kv_store_skipped"] += 1
+            else:
+                self.stats["live_rows_stored"] += 1
+
     def _live_advance(
-        self, live: Any, keep: list[int] | None, feeds: list[Prompt], joins: list[Prompt]
+        self, live: Any, keep: list[int] | None, feeds: list[Prompt], joins: list[Prompt],
+        store: list[tuple[int, Prompt]] = (),  # type: ignore[assignment]
     ) -> tuple[Any, list[np.ndarray]]:
         """Worker thread: one decode step of a live batch.
 
-        Rows not in `keep` (None: all) leave, the kept rows take their
-        `feeds`, then `joins` enter at the end. Returns the new state and the
+        Rows in `store` (leaving ones) put their KV in the trie first. Rows
+        not in `keep` (None: all) leave, the kept rows take their `feeds`,
+        then `joins` enter at the end. Returns the new state and the
         logprobs of the kept rows, then of the joined ones. On an exception
         the state may be half-updated: the caller must drop it.
         """
+        if live is not None and store:
+            self._live_store(live, list(store))
         if live is not None and keep is not None:
             live = self._live_keep(live, keep) if keep else None
         lps = list(self._live_feed(live, feeds)) if feeds else []
@@ -402,17 +427,27 @@ class AsyncLM(PrefixPlanning):
         return live, lps
 
     async def live_advance(
-        self, live: Any, keep: list[int] | None, feeds: list[Prompt], joins: list[Prompt]
+        self, live: Any, keep: list[int] | None, feeds: list[Prompt], joins: list[Prompt],
+        store: list[tuple[int, Prompt]] = (),  # type: ignore[assignment]
     ) -> tuple[Any, list[np.ndarray]]:
         """`_live_advance` on the worker thread."""
-        return await asyncio.wrap_future(self._submit(self._live_advance, live, keep, feeds, joins))
+        return await asyncio.wrap_future(self._submit(self._live_advance, live, keep, feeds, joins, store))
 
-    def live_release(self, live: Any) -> None:
-        """Let the worker thread drop a live state (frameworks that want one thread free it there)."""
+    def live_close(self, live: Any, store: Sequence[tuple[int, Prompt]] = ()) -> None:
+        """Without waiting: store the KV of the `store` rows in the trie, then drop the live state, both
+        on the worker thread (queued before any later request, which then finds that KV)."""
         holder = [live]
         del live
         if not self._closed:
-            self._submit(holder.clear)
+            self._submit(self._live_close, holder, list(store))
+
+    def _live_close(self, holder: list[Any], store: list[tuple[int, Prompt]]) -> None:
+        try:
+            if store:
+                self._live_store(holder[0], store)
+        except Exception:  # noqa: BLE001 - caching is best effort: the rows already finished
+            self.stats["kv_store_failed"] += 1
+        holder.clear()                      # the state is freed here, on the worker thread
 
 
 class _LoopQueue:

@@ -364,6 +364,13 @@ class HFLM(ModelLM):
         return _Live(live.cache, mask, live.pos[idx])
 
     @torch.inference_mode()
+    def _live_slice(self, live: _Live, row: int, start: int, end: int) -> TorchKV:
+        """Row `row`'s real columns (the mask's ones, in position order) for positions ``[start, end)``."""
+        cols = live.mask[row].nonzero().squeeze(1)[start:end]
+        return TorchKV([layer.keys[row][:, cols] for layer in live.cache.layers],
+                       [layer.values[row][:, cols] for layer in live.cache.layers])
+
+    @torch.inference_mode()
     def _live_feed(self, live: _Live, feeds: list[Prompt]) -> np.ndarray:
         """Feed each row its new tokens in ONE call: a block of the longest feed's width, each row's tokens
         at its right end (so every row's last token shares the last column), the columns before them

@@ -222,6 +222,14 @@ class MLXLM(ModelLM):
             self.stats["forward_calls"] += 1
         return self._live_step(live, [f[-1] for f in feeds])
 
+    def _live_slice(self, live: Any, row: int, start: int, end: int) -> MLXKV:
+        """Row `row`'s KV for positions ``[start, end)``: its columns after its left padding."""
+        pad = int(live[0].left_padding[row].item())
+        keys = [mx.contiguous(c.keys[row : row + 1, :, pad + start : pad + end]) for c in live]
+        values = [mx.contiguous(c.values[row : row + 1, :, pad + start : pad + end]) for c in live]
+        mx.eval(keys, values)
+        return MLXKV(keys, values)
+
     def _live_join(self, live: Any, prompts: list[Prompt]) -> tuple[Any, np.ndarray]:
         """New rows through `_live_start` (the trie prefills them), appended to `live` by mlx-lm's
         `BatchKVCache.extend` (right-aligned: the shorter side gains left padding)."""

@@ -67,12 +67,14 @@ class LiveBatch:
                 feeds.append(new)
         held = set(kept)
         joins = [row for row in batch if row not in held]
+        # rows leaving hand their KV to the trie (a finished row's next turn, a row rejoining)
+        store = [(i, row.sequence()[: self.fed[row]]) for i, row in enumerate(self.rows) if row not in held]
         state, self.state = self.state, None
         try:
             state, lps = await self.lm.live_advance(state, None if len(keep) == len(self.rows) else keep,
-                                                    feeds, [row.sequence() for row in joins])
+                                                    feeds, [row.sequence() for row in joins], store)
         except Exception:  # noqa: BLE001 - the state may be half-updated: drop it, find the failing rows
-            self.lm.live_release(state)
+            self.lm.live_close(state)
             del state
             self.rows, self.fed = [], {}
             self.fallbacks += 1
@@ -84,10 +86,11 @@ class LiveBatch:
         return [by_row[row] for row in batch]
 
     def close(self) -> None:
-        """Free the live state (on the backend's worker thread)."""
+        """Free the live state on the backend's worker thread, its rows' KV stored in the trie first."""
+        store = [(i, row.sequence()[: self.fed[row]]) for i, row in enumerate(self.rows)]
         state, self.state, self.rows, self.fed = self.state, None, [], {}
         if state is not None:
-            self.lm.live_release(state)
+            self.lm.live_close(state, store)
 
 
 def _appended(row: Row, fed: int) -> tuple[int, ...]:

@@ -221,3 +221,29 @@ def test_a_cancelled_request_leaves_the_live_batch_and_the_others_go_on(lm, monk
     assert all(r.status == "error" and r.error == "cancelled" for r in gone)
     assert [(r.status, tuple(r.tokens), r.forced) for r in keep] == want
     assert loop.live_stats == {"joined": len(keep) + len(gone), "fallbacks": 0}
+
+
+def test_finished_rows_leave_their_kv_in_the_trie(lm) -> None:
+    """A server's next turn extends a finished row: it runs only its new tokens, on the row's own KV."""
+    import numpy as np
+
+    from constrained.generate import generate
+    from tests.tiny_lms import hf_model, hf_tokenizer, mlx_model
+
+    [gen] = generate(lm, "Next turn:", regex="[a-z]{4,8}", seed=9, max_tokens=10)
+    seq = tuple(lm.tokenizer.encode("Next turn:")) + tuple(gen.token_ids)
+    chain = lm._submit(lm.trie.longest_kv, seq).result()   # on the worker: after the rows' last store
+    assert chain and chain[-1].end >= len(seq) - 1      # all it fed (its last token may not have been)
+    turn = seq + tuple(lm.tokenizer.encode(" and then", add_special_tokens=False))
+    before = lm.stats["model_tokens"]
+    got = lm.next_token_logprobs_sync(turn)
+    assert lm.stats["model_tokens"] - before == len(turn) - chain[-1].end
+    if lm.backend_name == "hf":
+        from backends.hf import HFLM as cls
+        model = hf_model(VOCAB)
+    else:
+        from backends.mlx import MLXLM as cls
+        model = mlx_model(VOCAB)
+    with cls(model, hf_tokenizer(VOCAB), cache_size=0) as fresh:
+        want = fresh.next_token_logprobs_sync(turn)
+    assert np.abs(got - want).max() < 5e-5
