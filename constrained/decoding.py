@@ -9,8 +9,9 @@ ONE call, in one of two ways:
   KV batch that stays alive in the backend (`constrained.live.LiveBatch`): a
   row joins it once, its sequence prefilled through the token trie (the `n`
   samples of a prompt share one prefill), then each step feeds it only the
-  tokens it appended, and it leaves when it finishes. A step costs one token
-  per row, with no trie lookup and no KV copied;
+  tokens it appended, and it leaves when it finishes, its KV stored back in
+  the trie. A step costs one token per row, with no trie lookup and no KV
+  copied;
 - otherwise (`MockLM`), the full token sequence of every row goes to
   `batch_next_token_logprobs`; the backend finds each row's longest cached
   prefix in its trie, so only the new tokens run through the model.

@@ -9,7 +9,10 @@ the backends' `_live_feed`). Rows that finish leave the batch (`_live_keep`);
 rows that start (or come back, below) join it: their whole sequence goes
 through the backend's trie, which prefills what it does not hold (the `n`
 samples of a prompt share one prefill) and their KV is appended to the
-batch (`_live_join`).
+batch (`_live_join`). Rows that leave, and those still in the batch when the
+loop stops, hand the KV they hold back to the trie (`_live_store`), so a
+prompt that extends one (a server's next turn, a row rejoining) runs only
+its new tokens.
 
 A failed step (the backend raised) drops the live state: that step's
 logprobs come from the per-step trie path, retried row by row so that only
