@@ -106,6 +106,9 @@ class AsyncLM(PrefixPlanning):
         self.stats: Counter[str] = Counter()
         self.prefix_caching = prefix_caching
         self.splits_kv = False  # set by `_setup` where a prefix's KV is exactly the first positions of a longer one's
+        # set by `_setup` where `_live_join` / `_live_feed` work: the decode loop then keeps rows' KV alive
+        # between steps instead of sending whole sequences through the trie (False: the per-step trie path)
+        self.live_decoding = False
         self.model: Any = None
         self._tokenizer: Any = None
         self._vocab_size = 0
@@ -367,6 +370,84 @@ class AsyncLM(PrefixPlanning):
     def _live_keep(self, live: Any, rows: list[int]) -> Any:
         """Keep only `rows` (indices into the current rows) of `live`, in order."""
         return [live[r] for r in rows]
+
+    # The decode loop's live batch (`constrained.live`), where `live_decoding` is set: rows join it with
+    # their whole sequence (prefilled through the trie), then feed only the tokens they appended.
+
+    def _live_join(self, live: Any, prompts: list[Prompt]) -> tuple[Any, Sequence[np.ndarray]]:
+        """Append `prompts` as new rows after those of `live` (None: no rows yet); return the merged state
+        and the new rows' next-token logprobs."""
+        raise NotImplementedError
+
+    def _live_feed(self, live: Any, feeds: list[Prompt]) -> Sequence[np.ndarray]:
+        """Append ``feeds[i]`` (one or more tokens) to row ``i`` of `live`; return each row's next-token logprobs."""
+        raise NotImplementedError
+
+    def _live_slice(self, live: Any, row: int, start: int, end: int) -> Any:
+        """Row `row`'s KV for positions ``[start, end)`` as a trie segment (fresh copies)."""
+        raise NotImplementedError
+
+    def _live_store(self, live: Any, rows: list[tuple[int, Prompt]]) -> None:
+        """Store in the trie the KV of rows leaving the batch, ``(row, tokens it holds)`` each, so that a
+        prompt extending one (a row rejoining, a server's next turn) runs only what is new."""
+        if not self.prefix_caching:
+            return
+        for row, tokens in rows:
+            chain = self.trie.longest_kv(tokens)
+            start = 0 if len(chain) >= self.max_segments else chain[-1].end if chain else 0
+            if start >= len(tokens):
+                continue
+            try:
+                self.trie.put_kv(tokens, self._live_slice(live, row, start, len(tokens)), start)
+            except ValueError:  # its base was evicted meanwhile
+                self.stats["kv_store_skipped"] += 1
+            else:
+                self.stats["live_rows_stored"] += 1
+
+    def _live_advance(
+        self, live: Any, keep: list[int] | None, feeds: list[Prompt], joins: list[Prompt],
+        store: list[tuple[int, Prompt]] = (),  # type: ignore[assignment]
+    ) -> tuple[Any, list[np.ndarray]]:
+        """Worker thread: one decode step of a live batch.
+
+        Rows in `store` (leaving ones) put their KV in the trie first. Rows
+        not in `keep` (None: all) leave, the kept rows take their `feeds`,
+        then `joins` enter at the end. Returns the new state and the
+        logprobs of the kept rows, then of the joined ones. On an exception
+        the state may be half-updated: the caller must drop it.
+        """
+        if live is not None and store:
+            self._live_store(live, list(store))
+        if live is not None and keep is not None:
+            live = self._live_keep(live, keep) if keep else None
+        lps = list(self._live_feed(live, feeds)) if feeds else []
+        if joins:
+            live, new = self._live_join(live, joins)
+            lps += list(new)
+        return live, lps
+
+    async def live_advance(
+        self, live: Any, keep: list[int] | None, feeds: list[Prompt], joins: list[Prompt],
+        store: list[tuple[int, Prompt]] = (),  # type: ignore[assignment]
+    ) -> tuple[Any, list[np.ndarray]]:
+        """`_live_advance` on the worker thread."""
+        return await asyncio.wrap_future(self._submit(self._live_advance, live, keep, feeds, joins, store))
+
+    def live_close(self, live: Any, store: Sequence[tuple[int, Prompt]] = ()) -> None:
+        """Without waiting: store the KV of the `store` rows in the trie, then drop the live state, both
+        on the worker thread (queued before any later request, which then finds that KV)."""
+        holder = [live]
+        del live
+        if not self._closed:
+            self._submit(self._live_close, holder, list(store))
+
+    def _live_close(self, holder: list[Any], store: list[tuple[int, Prompt]]) -> None:
+        try:
+            if store:
+                self._live_store(holder[0], store)
+        except Exception:  # noqa: BLE001 - caching is best effort: the rows already finished
+            self.stats["kv_store_failed"] += 1
+        holder.clear()                      # the state is freed here, on the worker thread
 
 
 class _LoopQueue:

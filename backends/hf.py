@@ -32,7 +32,11 @@ The cache is a `DynamicCache` whose layers are `BufferLayer`s: they write new
 keys and values into a buffer reserved up front instead of `torch.cat`-ing
 the whole cache on every call, so a decoding step costs its new token, not a
 copy of the prompt's KV. Sampling decodes on such a live batch, built from
-the prompts' chains in the trie (a shared prompt is prefilled once).
+the prompts' chains in the trie (a shared prompt is prefilled once), and so
+does the decode loop (`constrained.live`): rows join it (`_live_join`: the
+two batches copied into one buffer, right-aligned), feed it their new
+tokens, a forced run beside single tokens in one call (`_live_feed`), and
+leave it (`_live_keep`, which also drops columns left as padding only).
 """
 
 from __future__ import annotations
@@ -131,6 +135,10 @@ class BufferLayer(DynamicLayer):
         self.is_initialized, self.length = False, 0
 
 
+# Free columns a live batch reserves past its longest row when rows join (the buffers double past it).
+_LIVE_RESERVE = 64
+
+
 @dataclass
 class _Live:
     """A batch being decoded: its KV cache, attention mask (1 = real column) and each row's next position."""
@@ -179,6 +187,7 @@ class HFLM(ModelLM):
             warnings.warn(f"HFLM: prefix caching disabled, the model's cache layers ({', '.join(kinds)}) cannot be sliced", stacklevel=2)
             self.prefix_caching = False
         self.splits_kv = full_attention
+        self.live_decoding = full_attention  # live batches merge and pad `BufferLayer`s
         # Packing also needs a kernel that honours a custom 4-D mask.
         self._can_pack = full_attention and model.config._attn_implementation in ("sdpa", "eager")
         return vocab_size, sorted(int(t) for t in eos_ids), tokenizer
@@ -343,4 +352,63 @@ class HFLM(ModelLM):
     def _live_keep(self, live: _Live, rows: list[int]) -> _Live:
         idx = torch.tensor(rows, dtype=torch.long)
         live.cache.batch_select_indices(idx)
-        return _Live(live.cache, live.mask[idx], live.pos[idx])
+        mask = live.mask[idx]
+        # drop the leading columns that are padding in every row left (the rows that needed them are gone)
+        first = int(mask.argmax(dim=1).min())
+        if first:
+            for layer in live.cache.layers:
+                layer._k, layer._v = layer._k[:, :, first:], layer._v[:, :, first:]
+                layer.set_length(layer.length - first)
+            mask = mask[:, first:]
+            self.stats["live_columns_dropped"] += first
+        return _Live(live.cache, mask, live.pos[idx])
+
+    @torch.inference_mode()
+    def _live_slice(self, live: _Live, row: int, start: int, end: int) -> TorchKV:
+        """Row `row`'s real columns (the mask's ones, in position order) for positions ``[start, end)``."""
+        cols = live.mask[row].nonzero().squeeze(1)[start:end]
+        return TorchKV([layer.keys[row][:, cols] for layer in live.cache.layers],
+                       [layer.values[row][:, cols] for layer in live.cache.layers])
+
+    @torch.inference_mode()
+    def _live_feed(self, live: _Live, feeds: list[Prompt]) -> np.ndarray:
+        """Feed each row its new tokens in ONE call: a block of the longest feed's width, each row's tokens
+        at its right end (so every row's last token shares the last column), the columns before them
+        masked out like left padding, and `position_ids` that continue each row's own positions."""
+        B, L = len(feeds), max(len(f) for f in feeds)
+        if L == 1:
+            return self._live_step(live, [f[0] for f in feeds])
+        ids = torch.zeros(B, L, dtype=torch.long)
+        block = torch.zeros(B, L, dtype=torch.long)
+        for i, f in enumerate(feeds):
+            ids[i, L - len(f) :] = torch.tensor(f, dtype=torch.long)
+            block[i, L - len(f) :] = 1
+        lens = block.sum(dim=1)
+        # row i's first new token sits at column L - lens[i] and takes position pos[i]
+        pos = ((live.pos + lens - L).unsqueeze(1) + torch.arange(L).unsqueeze(0)).clamp(min=0)  # padding: masked
+        live.mask = torch.cat([live.mask, block], dim=1)
+        out = self.model(input_ids=ids, attention_mask=live.mask, position_ids=pos, past_key_values=live.cache,
+                         use_cache=True, logits_to_keep=1)  # fmt: skip
+        live.pos = live.pos + lens
+        self.stats["model_tokens"] += int(lens.sum())
+        self.stats["padded_tokens"] += B * L
+        self.stats["forward_calls"] += 1
+        return torch.log_softmax(out.logits[:, -1, :].float(), dim=-1).numpy()
+
+    @torch.inference_mode()
+    def _live_join(self, live: _Live | None, prompts: list[Prompt]) -> tuple[_Live, np.ndarray]:
+        """New rows through `_live_start` (the trie prefills them), then both batches copied into one
+        buffer, right-aligned: the shorter one gains left padding (masked) and nothing moves in time."""
+        new, logprobs = self._live_start(prompts, _LIVE_RESERVE)
+        if live is None:
+            return new, logprobs
+        Ta, Tb = live.mask.shape[1], new.mask.shape[1]
+        T, Ba = max(Ta, Tb), live.mask.shape[0]
+        cache = self._new_cache(T + _LIVE_RESERVE)
+        for layer, a, b in zip(cache.layers, live.cache.layers, new.cache.layers):
+            keys, values = layer.reserve(a.keys[0], a.values[0], Ba + new.mask.shape[0])
+            keys[:Ba, :, T - Ta : T], values[:Ba, :, T - Ta : T] = a.keys, a.values
+            keys[Ba:, :, T - Tb : T], values[Ba:, :, T - Tb : T] = b.keys, b.values
+            layer.set_length(T)
+        pad = lambda m: torch.cat([m.new_zeros((m.shape[0], T - m.shape[1])), m], dim=1)  # noqa: E731
+        return _Live(cache, torch.cat([pad(live.mask), pad(new.mask)]), torch.cat([live.pos, new.pos])), logprobs

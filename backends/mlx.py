@@ -20,6 +20,12 @@ this way. Others (sliding windows / `RotatingKVCache`, `QuantizedKVCache`,
 `ArraysCache` state-space layers, ...) are detected at load time: prefix
 caching is turned off with a warning and every prompt runs from scratch,
 still batched.
+
+The decode loop (`constrained.live`) keeps its rows in one mlx-lm
+`BatchKVCache`: rows join it (`_live_join`, `BatchKVCache.extend`), feed it
+their new tokens (`_live_feed`: a forced run's head right-padded and rolled
+into place as mlx-lm prefills, then every row's last token) and leave it
+(`_live_keep`, `BatchKVCache.filter`).
 """
 
 from __future__ import annotations
@@ -103,6 +109,7 @@ class MLXLM(ModelLM):
             warnings.warn(f"MLXLM: prefix caching disabled, the model's caches ({', '.join(kinds)}) cannot be sliced", stacklevel=2)
             self.prefix_caching = False
         self.splits_kv = plain
+        self.live_decoding = plain  # live batches are mlx-lm `BatchKVCache`s, extended and filtered
         vocab_size = int(model(mx.array([[0]])).shape[-1])  # output width, may exceed len(tokenizer)
         return vocab_size, sorted(int(t) for t in eos), hf_tokenizer
 
@@ -195,3 +202,40 @@ class MLXLM(ModelLM):
         for c in live:
             c.filter(mx.array(rows, dtype=mx.int32))
         return live
+
+    def _live_feed(self, live: Any, feeds: list[Prompt]) -> np.ndarray:
+        """Feed each row its new tokens: all but the last right-padded and rolled into place (as mlx-lm
+        prefills a batch), then every row's last token in one step."""
+        heads = [list(f[:-1]) for f in feeds]
+        width = max(len(h) for h in heads)
+        if width:
+            padding = [width - len(h) for h in heads]
+            if max(padding):
+                for c in live:
+                    c.prepare(right_padding=padding)
+            self.model(mx.array([h + [0] * (width - len(h)) for h in heads]), cache=live)
+            if max(padding):
+                for c in live:
+                    c.finalize()  # rolls each row right by its padding, which becomes left padding
+            self.stats["model_tokens"] += sum(map(len, heads))
+            self.stats["padded_tokens"] += len(heads) * width
+            self.stats["forward_calls"] += 1
+        return self._live_step(live, [f[-1] for f in feeds])
+
+    def _live_slice(self, live: Any, row: int, start: int, end: int) -> MLXKV:
+        """Row `row`'s KV for positions ``[start, end)``: its columns after its left padding."""
+        pad = int(live[0].left_padding[row].item())
+        keys = [mx.contiguous(c.keys[row : row + 1, :, pad + start : pad + end]) for c in live]
+        values = [mx.contiguous(c.values[row : row + 1, :, pad + start : pad + end]) for c in live]
+        mx.eval(keys, values)
+        return MLXKV(keys, values)
+
+    def _live_join(self, live: Any, prompts: list[Prompt]) -> tuple[Any, np.ndarray]:
+        """New rows through `_live_start` (the trie prefills them), appended to `live` by mlx-lm's
+        `BatchKVCache.extend` (right-aligned: the shorter side gains left padding)."""
+        new, logprobs = self._live_start(prompts, 0)
+        if live is None:
+            return new, logprobs
+        for a, b in zip(live, new):
+            a.extend(b)
+        return live, logprobs

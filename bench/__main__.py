@@ -96,6 +96,10 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--device", default="cpu",
                    help="HF: the torch device of `generate` and the processors (e.g. cuda; our own loop, "
                         "generate:*, runs on the CPU only and is skipped elsewhere)")
+    d.add_argument("--loop-only", action="store_true",
+                   help="HF: time only our own loop (generate:*, live KV and /trie), not transformers' generate")
+    d.add_argument("--rejoin", action="store_true",
+                   help="HF: also time our loop with forced runs re-entering through the trie (generate:ours/rejoin)")
     d.add_argument("--no-peers", dest="peers", action="store_false",
                    help="skip llguidance/xgrammar/outlines-core (run by default when installed)")
     d.add_argument("--jsonl")

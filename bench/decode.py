@@ -288,8 +288,11 @@ def _run_hf_part(args: Any, emit: Callable[[dict], None], say: Callable[[str], N
         say(f"[decode] hf on {device}: our own loop (generate:*) runs on the CPU only, skipped")
     vocab = ctx["vocab"]
     prompt_ids = [ctx["tok"].encode(p, add_special_tokens=False) for p in PROMPTS]
-    kinds = ["unconstrained", "ours"] + list(ctx["peers"])
-    kinds += ["generate:unconstrained", "generate:ours"] if ctx["lm"] is not None else []
+    kinds = [] if getattr(args, "loop_only", False) else ["unconstrained", "ours"] + list(ctx["peers"])
+    if ctx["lm"] is not None:   # our loop on its live KV batch, and (/trie) on the per-step trie path
+        kinds += ["generate:unconstrained", "generate:ours", "generate:unconstrained/trie", "generate:ours/trie"]
+        if getattr(args, "rejoin", False):   # forced runs re-entering through the trie instead of fed live
+            kinds += ["generate:ours/rejoin"]
     rows_out = []
     for bs in args.batch_sizes:
         prompts = [prompt_ids[i % len(prompt_ids)] for i in range(bs)]
@@ -302,9 +305,9 @@ def _run_hf_part(args: Any, emit: Callable[[dict], None], say: Callable[[str], N
         f" best of {args.reps}")
     say("schema: bench.decode.SCHEMA (a bounded tool call); tokens/s relative to the unconstrained run of the same"
         " loop and batch (transformers generate; generate:*: constrained.generate_batch over our HFLM backend)\n")
-    say(table(["batch", "mode", "tokens", "tokens/s", "vs unconstrained (wall)", "(CPU time)", "steps/s vs unconstrained",
-               "processor µs per step, warm (first rep)", "rows ended as valid JSON"],
-              [[r["batch"], r["mode"], r["tokens"], r["tokens_per_s"], r["vs_unconstrained"],
+    say(table(["batch", "mode", "tokens", "tokens/s", "µs per token", "vs unconstrained (wall)", "(CPU time)",
+               "steps/s vs unconstrained", "processor µs per step, warm (first rep)", "rows ended as valid JSON"],
+              [[r["batch"], r["mode"], r["tokens"], r["tokens_per_s"], r["us_per_token"], r["vs_unconstrained"],
                 r["cpu_vs_unconstrained"], "-" if r["steps_vs_unconstrained"] is None else r["steps_vs_unconstrained"],
                 "-" if r["proc_us_per_step"] is None else f"{r['proc_us_per_step']} ({r['proc_us_per_step_first']})",
                 r["valid_json_rows"]] for r in rows_out]))
@@ -312,10 +315,12 @@ def _run_hf_part(args: Any, emit: Callable[[dict], None], say: Callable[[str], N
 
 def _row(kind: str, bs: int, results: dict[str, dict], model_dir: str, vocab: Any, device: str = "cpu") -> dict:
     r = results[kind]
-    base = results["generate:unconstrained" if kind.startswith("generate:") else "unconstrained"]
+    base = results["generate:unconstrained/trie" if kind.endswith("/trie") else
+                   "generate:unconstrained" if kind.startswith("generate:") else "unconstrained"]
     return {"suite": "decode", "backend": "hf", "device": device, "batch": bs, "mode": kind, "model": model_dir,
             "tokens": r["tokens"], "best_s": round(r["best"], 4), "first_s": round(r["first"], 4),
             "tokens_per_s": round(r["tokens"] / r["best"], 1),
+            "us_per_token": round(r["best"] / max(r["tokens"], 1) * 1e6, 1),
             "vs_unconstrained": round((r["tokens"] / r["best"]) / (base["tokens"] / base["best"]), 3),
             # generation steps per second: rows that end early lower tokens/s, not the cost of a step
             "steps_per_s": round(r["steps"] / r["best"], 1) if "steps" in r else None,
@@ -323,7 +328,7 @@ def _row(kind: str, bs: int, results: dict[str, dict], model_dir: str, vocab: An
                                        if "steps" in r and "steps" in base else None),
             "cpu_s": round(r["cpu"], 4),
             "cpu_vs_unconstrained": round((r["tokens"] / r["cpu"]) / (base["tokens"] / base["cpu"]), 3),
-            "valid_json_rows": None if kind.endswith("unconstrained") else _valid_rows(r["rows"], vocab),
+            "valid_json_rows": None if "unconstrained" in kind else _valid_rows(r["rows"], vocab),
             # time inside the logits processor per generation step (all rows): first repetition (states
             # visited for the first time) and the least over repetitions (warm)
             "proc_us_per_step_first": round(r["step_us"][0], 1) if "step_us" in r else None,
@@ -338,7 +343,11 @@ def _measure(model: Any, prompts: list[list[int]], eos: set[int], args: Any, kin
         for kind in kinds:
             t0, c0 = time.perf_counter(), time.process_time()
             if kind.startswith("generate:"):
-                rows = _run_generate(ctx["lm"], prompts, args.max_tokens, kind == "generate:ours")
+                ctx["lm"].live_decoding = not kind.endswith("/trie")
+                from constrained import live
+
+                live.MAX_FEED = 1 if kind.endswith("/rejoin") else None
+                rows = _run_generate(ctx["lm"], prompts, args.max_tokens, kind.startswith("generate:ours"))
             else:
                 # (unconstrained: a processor that returns the scores as they are, to count the steps)
                 proc = _Timed(_identity if kind == "unconstrained" else _hf_proc(kind, ctx, len(prompts)))

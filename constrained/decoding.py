@@ -2,15 +2,23 @@
 
 Every sequence (a *row*: one sample of one request) holds its token ids, a
 `Guide` (None when unconstrained), its sampling settings and its own seeded
-RNG. A step sends the full token sequence of every live row to the backend's
-`batch_next_token_logprobs` in ONE call. The backend finds each row's longest
-cached prefix in its token trie, so only the new tokens run through the model:
-one per row after a sampled token, several after forced tokens, none for the
-second of two identical rows (the `n` samples of a prompt share its prefill).
+RNG. A step asks the backend for every running row's next-token logprobs in
+ONE call, in one of two ways:
+
+- on a backend with `live_decoding` (`HFLM`, `MLXLM`), the rows sit in one
+  KV batch that stays alive in the backend (`constrained.live.LiveBatch`): a
+  row joins it once, its sequence prefilled through the token trie (the `n`
+  samples of a prompt share one prefill), then each step feeds it only the
+  tokens it appended, and it leaves when it finishes, its KV stored back in
+  the trie. A step costs one token per row, with no trie lookup and no KV
+  copied;
+- otherwise (`MockLM`), the full token sequence of every row goes to
+  `batch_next_token_logprobs`; the backend finds each row's longest cached
+  prefix in its trie, so only the new tokens run through the model.
 
 Forced tokens (`Guide.forced_tokens()`, e.g. the ``"name": "`` between two
 fields) are appended without sampling; the next model call runs them all at
-once as that row's suffix.
+once, beside the other rows' single tokens.
 
 Near its `max_tokens`, a constrained row is steered (`constrained.budget`):
 only tokens that keep a complete output within the budget are allowed, so
@@ -47,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from constrained.live import LiveBatch
 from constrained.sampling import sample_masked
 
 if TYPE_CHECKING:
@@ -176,9 +185,10 @@ class _Group:
 class DecodeLoop:
     """The decode loop, open to rows that join while it runs (continuous batching).
 
-    Each step sends the sequence of every live row, whoever added it, to the
-    backend in ONE call. Rows added by `run` join at the next step and leave
-    as they finish, so concurrent callers (a server's requests) share model
+    Each step runs every live row, whoever added it, in ONE backend call
+    (on its live KV batch where the backend keeps one). Rows added by `run`
+    join at the next step and leave as they finish, so concurrent callers
+    (a server's requests) share model
     calls and the backend's prefix trie. `decode` runs a private loop; a
     server keeps one per model. A loop belongs to the event loop it first ran on.
 
@@ -197,6 +207,8 @@ class DecodeLoop:
         self._joining: list[Row] = []           # rows waiting for the next step
         self._groups: dict[Row, _Group] = {}
         self._driver: asyncio.Task[None] | None = None
+        self._kv: LiveBatch | None = None      # the rows' live KV batch, on backends that keep one
+        self.live_stats = {"joined": 0, "fallbacks": 0}  # live batch: rows that joined, steps that fell back
 
     @property
     def rows(self) -> int:
@@ -236,6 +248,8 @@ class DecodeLoop:
 
     async def _drive(self) -> None:
         """Step every live row until none is left (runs as one task while there is work)."""
+        if getattr(self.lm, "live_decoding", False):
+            self._kv = LiveBatch(self.lm, lambda seqs: _logprobs(self.lm, seqs))
         try:
             while True:
                 self._active = [r for r in self._active + self._joining if self._live(r)]
@@ -243,7 +257,10 @@ class DecodeLoop:
                 if not self._active:
                     break
                 batch = self._active
-                results = await _logprobs(self.lm, [row.sequence() for row in batch])
+                if self._kv is not None:
+                    results = await self._kv.logprobs(batch)
+                else:
+                    results = await _logprobs(self.lm, [row.sequence() for row in batch])
                 self.steps += 1
                 for row, lp in zip(batch, results):
                     if row.status is None:          # not cancelled while the step ran
@@ -259,6 +276,11 @@ class DecodeLoop:
                 if group is not None and not group.done.done():
                     group.done.cancel()
             self._active, self._joining, self._driver = [], [], None
+            if self._kv is not None:
+                self.live_stats["joined"] += self._kv.joined
+                self.live_stats["fallbacks"] += self._kv.fallbacks
+                self._kv.close()
+                self._kv = None
 
     def _advance(self, row: Row, lp: Any) -> None:
         before = len(row.tokens)
