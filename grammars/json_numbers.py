@@ -436,15 +436,28 @@ def _power_of_ten_for(k: int) -> int | None:
 
 
 def _suffix_multiples(lo: int, hi: int | None, k: int, t: int) -> Node | None:
-    """Nonneg multiples of k (k | 10^t) in [lo, hi]: small ones listed, large by suffix."""
+    """Nonneg multiples of k (k | 10^t) in [lo, hi]: small ones listed, large by suffix.
+
+    A large lower bound (``{"exclusiveMinimum": 2.1e16, "multipleOf": 5}``) is not
+    listed (its multiples below the next power of ten are ~10^16; counting them
+    first, as this once did not, ran out of memory): a number is its leading
+    part P and a t-digit tail that k divides, with P above lo's, or equal to it
+    and the tail at least lo's.
+    """
     if hi is not None:
         return None  # a finite range with many multiples: not expressible cheaply here
     width = max(t, len(str(lo))) + 1
     cut = 10 ** width
-    small = [str(v).encode() for v in range(-(-lo // k) * k, cut, k)]
-    if len(small) > ENUMERATION_LIMIT:
-        return None
-    suffixes = [str(v).rjust(t, "0").encode() for v in range(0, 10 ** t, k)]
-    # Numbers of more than `width` digits: any leading digits, then a good t-digit tail.
-    big = seq(NONZERO, repeat(DIGIT, width - t, None), literal_set(suffixes))
-    return alt(literal_set(small), big)
+    first = -(-lo // k) * k
+    tails = range(0, 10 ** t, k)
+    if (cut - 1 - first) // k + 1 <= ENUMERATION_LIMIT:
+        small = [str(v).encode() for v in range(first, cut, k)]
+        # Numbers of more than `width` digits: any leading digits, then a good t-digit tail.
+        big = seq(NONZERO, repeat(DIGIT, width - t, None), literal_set(str(v).rjust(t, "0").encode() for v in tails))
+        return alt(literal_set(small), big)
+    head, rest = divmod(lo, 10 ** t)
+    above = seq(int_range(head + 1, None), literal_set(str(v).rjust(t, "0").encode() for v in tails))
+    if not head:                  # lo < 10^t: its multiples below 10^t, written without leading zeros
+        return alt(literal_set(str(v).encode() for v in range(first, 10 ** t, k)), above)
+    return alt(seq(literal(str(head).encode()), literal_set(str(v).rjust(t, "0").encode() for v in tails if v >= rest)),
+               above)

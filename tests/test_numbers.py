@@ -184,3 +184,28 @@ def test_sampled_numbers_validate(backend):
                 assert check.is_valid(value), (req.schema, gen.text)
     # random weights ramble in digits, but bounded digit counts make most samples finish
     assert complete >= 0.25 * 200 * len(reqs), complete
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "integer", "exclusiveMinimum": 2.144142217496685e+16, "multipleOf": 5.0},   # ran out of memory
+    {"type": "integer", "minimum": 10 ** 20 + 3, "multipleOf": 4},
+    {"type": "integer", "minimum": 7, "multipleOf": 16},       # its multiples below 10^4 listed, then tails
+    {"type": "number", "minimum": 123456789, "multipleOf": 25},
+])
+def test_large_lower_bounds_with_a_multiple_of_compile_exactly(schema):
+    """Multiples above a large bound are a leading part and a tail k divides, not a list of them."""
+    check = jsonschema.Draft202012Validator(json.loads(json.dumps(schema), parse_float=Decimal))
+    dfa = _compiled(schema, "exact")
+    assert dfa is not None and dfa.num_states < 200
+    texts = walks(dfa, random.Random(0), 40)
+    assert len(texts) == 40
+    lo = int(Decimal(repr(schema.get("minimum", schema.get("exclusiveMinimum")))))   # the bound as written
+    k = int(schema["multipleOf"])
+    first = (lo // k + 1) * k if "exclusiveMinimum" in schema or lo % k else lo
+    with decimal.localcontext(decimal.Context(prec=4000)):     # `%` on long decimals needs the digits
+        for text in texts:
+            assert check.is_valid(json.loads(text, parse_float=Decimal)), (schema, text)
+        for value, ok in ((first, True), (first - k, False), (first + k, True), (first + 1, False),
+                          (first * 10, True), (first * 1000 + k, True)):
+            assert dfa.matches(str(value).encode()) is ok, (schema, value)
+            assert check.is_valid(value) is ok
