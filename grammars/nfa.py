@@ -417,10 +417,7 @@ class NFA(LazyRules, FragmentBuilder):
         """`is_end`, `need` (`_compute_need`) and `arrays` (`_csr`) in one `finish_kernel` call."""
         starts = np.array(self.rule_start, dtype=np.int64)
         fast = self._need_is_trivial()
-        need_start = starts
-        if self._placeholder and not fast:
-            need_start = np.array([self._placeholder[r] if x < 0 else x for r, x in enumerate(self.rule_start)],
-                                  dtype=np.int64)
+        need_start = starts if fast or not self._placeholder else np.array(self._need_starts(), dtype=np.int64)
         need, self.is_end, eps_ptr, eps_dst, edge_ptr, edge_dst, edge_mask, *calls = self.finish_kernel(
             self._count, starts, need_start, np.array(self.rule_end, dtype=np.int64), *cols, max_depth, fast)
         self.need = need
@@ -430,6 +427,12 @@ class NFA(LazyRules, FragmentBuilder):
         """Without rule calls and without dead parts (NOTHING, empty byte sets) every Thompson
         fragment state reaches its fragment's exit, hence its rule's end: need is 0 everywhere."""
         return self.fast_need and REG not in self._call_op and not self._dead and 0 not in self._mask_id
+
+    def _need_starts(self) -> list[int]:
+        """Rule starts for `need`: a lazy rule without its body starts at its placeholder."""
+        if not self._placeholder:
+            return self.rule_start
+        return [self._placeholder[r] if x < 0 else x for r, x in enumerate(self.rule_start)]
 
     def _columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The edge columns in numpy: epsilon (src, dst), byte (src, dst, mask id)
@@ -576,9 +579,7 @@ class NFA(LazyRules, FragmentBuilder):
         n = self.num_states
         if self._need_is_trivial():
             return [0] * n
-        rule_start = self.rule_start
-        if self._placeholder:                 # a lazy rule without its body: its placeholder
-            rule_start = [self._placeholder[r] if x < 0 else x for r, x in enumerate(rule_start)]
+        rule_start = self._need_starts()
         if self.need_columns_kernel is not None:
             return self.need_columns_kernel(n, np.array(rule_start, dtype=np.int64),
                                             np.array(self.rule_end, dtype=np.int64), *cols, max_depth)
