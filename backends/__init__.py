@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from backends.base import AsyncLM, load_model_by_name, sample_token
+from backends.base import AsyncLM, load_model_by_name
 from backends.mock import MockLM
 from backends.model import ModelLM
 
-__all__ = ["AsyncLM", "AsyncVirtualLM", "HFLM", "MLXLM", "MockLM", "ModelLM", "load_model_by_name", "sample_token"]
+__all__ = ["AsyncLM", "AsyncVirtualLM", "HFLM", "MLXLM", "MockLM", "ModelLM", "load_model_by_name"]
 
 
 def __getattr__(name: str) -> Any:

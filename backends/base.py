@@ -16,7 +16,8 @@ everything that is not framework-specific:
   round, and then only their own suffixes run; a prefix whose KV lies inside
   a stored segment (a system prompt sent again with a new question) is cut
   out of it (`_cut_kv`) where the backend's KV allows, instead of computed;
-- sampling (`sample`, `batch_sample`) on top of the above.
+- sampling (`sample`, `batch_sample`) on top of the above, in the decode loop
+  that `constrained.generate` runs (`constrained.decoding`).
 
 Subclasses implement `_load` (return model and tokenizer, on the worker
 thread) and `_forward` (run a batch of `Job` rows), and `_cut_kv` (setting
@@ -32,7 +33,7 @@ import asyncio
 import threading
 import weakref
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -41,24 +42,9 @@ import numpy as np
 from backends.planning import Job, PrefixPlanning, Prompt
 from constrained.token_trie import TokenTrie
 
-__all__ = ["AsyncLM", "Job", "load_model_by_name", "sample_token"]
+__all__ = ["AsyncLM", "Job", "load_model_by_name"]
 
 _LOAD_LOCK = threading.Lock()
-
-
-def sample_token(logprobs: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
-    """Draw a token id from `logprobs` at `temperature` (0 = argmax) by inverse CDF.
-
-    Example:
-        >>> sample_token(np.array([-np.inf, 0.0, -np.inf]), 1.0, np.random.default_rng(0))
-        1
-    """
-    if temperature <= 0:
-        return int(np.argmax(logprobs))
-    scaled = logprobs.astype(np.float64) / temperature
-    probs = np.exp(scaled - scaled.max())
-    cdf = np.cumsum(probs)
-    return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), len(cdf) - 1))
 
 
 class AsyncLM(PrefixPlanning):
@@ -226,8 +212,28 @@ class AsyncLM(PrefixPlanning):
         temperature: float = 1.0,
         seed: int | None = None,
     ) -> list[list[int]]:
-        """Sample one continuation per prompt; row ``i`` uses the seed ``(seed, i)``."""
-        return await asyncio.wrap_future(self._submit_sample(prompt_token_ids_list, max_tokens, eos_token_ids, temperature, seed))
+        """Sample one continuation per prompt; row ``i`` uses the seed ``(seed, i)``.
+
+        The rows run unconstrained in the decode loop that `constrained.generate`
+        uses (`constrained.decoding.DecodeLoop`): on the backend's live KV batch
+        where it keeps one, prompts prefilled once through the trie.
+
+        Raises:
+            RuntimeError: a row failed (a backend error); its message names the cause.
+        """
+        from constrained.decoding import Row, decode
+
+        prompts = _prompts(prompt_token_ids_list)
+        if max_tokens <= 0 or not prompts:
+            return [[] for _ in prompts]
+        eos = frozenset(int(t) for t in eos_token_ids)
+        rows = [Row(prompt=p, guide=None, eos=eos, max_tokens=max_tokens, temperature=temperature, top_p=1.0,
+                    rng=np.random.default_rng(None if seed is None else [seed, i])) for i, p in enumerate(prompts)]
+        await decode(self, rows)
+        for i, row in enumerate(rows):
+            if row.status == "error":
+                raise RuntimeError(f"sampling prompt {i} failed: {row.error}")
+        return [row.tokens for row in rows]
 
     def _flush(self, q: _LoopQueue, loop: asyncio.AbstractEventLoop) -> None:
         """Send `q`'s prompts to the worker (called on `loop`, which owns `q` and its futures)."""
@@ -275,13 +281,8 @@ class AsyncLM(PrefixPlanning):
         temperature: float = 1.0,
         seed: int | None = None,
     ) -> list[list[int]]:
-        """Blocking `batch_sample`."""
-        return self._submit_sample(prompt_token_ids_list, max_tokens, eos_token_ids, temperature, seed).result()
-
-    def _submit_sample(
-        self, prompts: Sequence[Sequence[int]], max_tokens: int, eos: Sequence[int], temperature: float, seed: int | None
-    ) -> Future[list[list[int]]]:
-        return self._submit(self._sample_rows, _prompts(prompts), max_tokens, {int(t) for t in eos}, temperature, seed)
+        """Blocking `batch_sample` (from a thread running an event loop too: it then runs on another thread)."""
+        return _run_sync(self.batch_sample(prompt_token_ids_list, max_tokens, eos_token_ids, temperature, seed))
 
     def cache_kv(self, prompt_token_ids: Sequence[int]) -> None:
         """Run `prompt_token_ids` now so later prompts extending it reuse its KV."""
@@ -322,57 +323,12 @@ class AsyncLM(PrefixPlanning):
             return fut
         return self._executor.submit(fn, *args)
 
-    def _sample_rows(
-        self, prompts: list[Prompt], max_tokens: int, eos: set[int], temperature: float, seed: int | None
-    ) -> list[list[int]]:
-        """Worker thread: ancestral sampling, one batched model step per token.
-
-        The prompts' logprobs and KV come through the trie (shared prompts run
-        once); then `_live_start` hands back a live decoding state that each
-        `_live_step` extends by one token per active row, so no step
-        re-looks-up or re-concatenates the prompt's KV.
-        """
-        if max_tokens <= 0 or not prompts:
-            return [[] for _ in prompts]
-        rngs = [np.random.default_rng(None if seed is None else [seed, i]) for i in range(len(prompts))]
-        live, lps = self._live_start(prompts, max_tokens)
-        outs: list[list[int]] = [[] for _ in prompts]
-        active = list(range(len(prompts)))
-        for step in range(max_tokens):
-            keep = []  # rows (positions in `active`) that did not draw EOS
-            for row, i in enumerate(active):
-                tok = sample_token(lps[row], temperature, rngs[i])
-                if tok not in eos:
-                    outs[i].append(tok)
-                    keep.append(row)
-            if not keep or step == max_tokens - 1:
-                break
-            if len(keep) < len(active):
-                active = [active[r] for r in keep]
-                live = self._live_keep(live, keep)
-            lps = self._live_step(live, [outs[i][-1] for i in active])
-        return outs
-
-    # Live decoding hooks. This default keeps each row's token sequence and asks
-    # the trie-backed `_run_prompts` every step (right for MockLM); MLXLM and
-    # HFLM override them to decode on a batch KV cache that stays alive.
-
-    def _live_start(self, prompts: list[Prompt], max_tokens: int) -> tuple[Any, Sequence[np.ndarray]]:
-        """Return a decoding state for `prompts` and each prompt's next-token logprobs."""
-        return [list(p) for p in prompts], self._run_prompts(prompts)
-
-    def _live_step(self, live: Any, tokens: list[int]) -> Sequence[np.ndarray]:
-        """Append one token per row of `live`; return each row's next-token logprobs."""
-        for seq, tok in zip(live, tokens):
-            seq.append(tok)
-        return self._run_prompts([tuple(seq) for seq in live])
+    # The decode loop's live batch (`constrained.live`), where `live_decoding` is set: rows join it with
+    # their whole sequence (prefilled through the trie), then feed only the tokens they appended.
 
     def _live_keep(self, live: Any, rows: list[int]) -> Any:
         """Keep only `rows` (indices into the current rows) of `live`, in order."""
-        return [live[r] for r in rows]
-
-    # The decode loop's live batch (`constrained.live`), where `live_decoding` is set: rows join it with
-    # their whole sequence (prefilled through the trie), then feed only the tokens they appended.
+        raise NotImplementedError
 
     def _live_join(self, live: Any, prompts: list[Prompt]) -> tuple[Any, Sequence[np.ndarray]]:
         """Append `prompts` as new rows after those of `live` (None: no rows yet); return the merged state
@@ -480,6 +436,16 @@ def _resolve(futs: list[asyncio.Future[np.ndarray]], cfut: Future[list[np.ndarra
             fut.set_exception(res)
         else:
             fut.set_result(res)
+
+
+def _run_sync(coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run `coro` to completion from synchronous code; on another thread where this one runs an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 def _prompts(token_ids_list: Sequence[Sequence[int]]) -> list[Prompt]:

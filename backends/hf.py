@@ -31,9 +31,9 @@ every prompt runs from scratch, still batched.
 The cache is a `DynamicCache` whose layers are `BufferLayer`s: they write new
 keys and values into a buffer reserved up front instead of `torch.cat`-ing
 the whole cache on every call, so a decoding step costs its new token, not a
-copy of the prompt's KV. Sampling decodes on such a live batch, built from
-the prompts' chains in the trie (a shared prompt is prefilled once), and so
-does the decode loop (`constrained.live`): rows join it (`_live_join`: the
+copy of the prompt's KV. The decode loop (`constrained.live`; `batch_sample`
+too runs in it) decodes on such a live batch, built from the prompts'
+chains in the trie (a shared prompt is prefilled once): rows join it (`_live_join`: the
 two batches copied into one buffer, right-aligned), feed it their new
 tokens, a forced run beside single tokens in one call (`_live_feed`), and
 leave it (`_live_keep`, which also drops columns left as padding only).

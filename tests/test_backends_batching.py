@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from backends.base import load_model_by_name, sample_token
+from backends.base import load_model_by_name
 from backends.mock import MockLM, mock_logprobs
 from constrained.errors import BackendUnavailableError
 
@@ -212,13 +212,33 @@ def test_sampling_is_seeded_and_stops_before_eos() -> None:
         assert asyncio.run(lm.sample([3], 5, [eos_first], temperature=0.0)) == []
 
 
-def test_sample_token_follows_the_distribution() -> None:
-    lp = np.log(np.array([0.1, 0.6, 0.3]))
-    rng = np.random.default_rng(0)
-    counts = np.bincount([sample_token(lp, 1.0, rng) for _ in range(4000)], minlength=3)
-    assert np.allclose(counts / 4000, [0.1, 0.6, 0.3], atol=0.03)
-    hot = np.bincount([sample_token(lp, 100.0, rng) for _ in range(3000)], minlength=3)
-    assert hot.min() > 800  # high temperature flattens
+def test_sampling_runs_in_the_decode_loop_and_reports_a_failing_prompt(monkeypatch: pytest.MonkeyPatch) -> None:
+    with make() as lm:
+        loops = []
+        real_run = __import__("constrained.decoding", fromlist=["DecodeLoop"]).DecodeLoop.run
+
+        async def run(self, rows, **kw):            # the one decode loop, not a sampler of its own
+            loops.append(len(rows))
+            return await real_run(self, rows, **kw)
+
+        monkeypatch.setattr("constrained.decoding.DecodeLoop.run", run)
+        assert [len(r) for r in lm.batch_sample_sync([[1], [2, 3]], 4, [], seed=0)] == [4, 4]
+        assert loops == [2]
+        real = lm._forward
+
+        def forward(jobs):                          # the model call fails on any batch holding prompt [9, 9]
+            if any(j.tokens[:2] == (9, 9) for j in jobs):
+                raise ValueError("device lost")
+            return real(jobs)
+
+        monkeypatch.setattr(lm, "_forward", forward)
+        with pytest.raises(RuntimeError, match=r"sampling prompt 1 failed: .*ValueError: device lost"):
+            lm.batch_sample_sync([[1], [9, 9]], 4, [], seed=0)
+
+        async def inside_a_loop() -> list[list[int]]:   # the blocking form, called where a loop runs
+            return lm.batch_sample_sync([[1, 2]], 3, [], seed=5)
+
+        assert asyncio.run(inside_a_loop()) == lm.batch_sample_sync([[1, 2]], 3, [], seed=5)
 
 
 def test_load_model_by_name_validates_backend() -> None:

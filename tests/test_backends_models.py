@@ -248,11 +248,8 @@ def test_rows_sharing_a_cached_prefix_run_packed(max_segments: int, model_dir, t
 
 
 def step_by_step(lm):
-    """Route `lm`'s sampler through AsyncLM's default hooks: one trie lookup per token, no live cache."""
-    from backends.base import AsyncLM
-
-    for hook in ("_live_start", "_live_step", "_live_keep"):
-        setattr(lm, hook, getattr(AsyncLM, hook).__get__(lm))
+    """`lm` decoding on the per-step trie path (every row's sequence looked up each step), no live batch."""
+    lm.live_decoding = False
     return lm
 
 
