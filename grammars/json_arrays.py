@@ -186,12 +186,8 @@ def _contains_counts(s: dict) -> tuple[Any, int, int | None] | None:
 
 
 def _negation(c: "Compiler", schema: Any, path: str, base: str) -> Any:
-    """`json_merge.negation` of `schema`, its top-level `$ref`/`allOf` merged in first; None if none."""
-    try:
-        flat = c.flatten(schema, path, base)
-    except UnsupportedSchemaError:
-        return None
-    return negation(flat)
+    """`json_merge.negation` of `schema`, its `$ref`s and `allOf`s merged in (`Compiler.resolving`); None if none."""
+    return negation(schema, c.resolving(path, base))
 
 
 class _Counting:

@@ -34,6 +34,15 @@ ANNOTATIONS = frozenset({
     "contentMediaType", "contentEncoding", "contentSchema", "$schema", "$id", "$anchor",
     "$dynamicAnchor", "$vocabulary", "$defs", "definitions", "discriminator",
 })
+# Subschemas nested in one negation (`negation`): a recursive `$ref` has no negation of this kind.
+NEGATION_DEPTH = 8
+NEGATION_SIZE = 2000
+# Keywords that constrain nothing when their schema is `true` or `{}`.
+_VACUOUS_WHEN_TRUE = frozenset(("additionalProperties", "additionalItems", "items", "propertyNames",
+                                "unevaluatedProperties", "unevaluatedItems"))
+# A negated `oneOf` ("none of its branches, or two") whose branches may overlap in more pairs than
+# this has no form here (each pair is a branch of the negation).
+ONE_OF_PAIRS = 6
 _MAX_KW = ("maxLength", "maxItems", "maxProperties", "maximum", "exclusiveMaximum")
 _MIN_KW = ("minLength", "minItems", "minProperties", "minimum", "exclusiveMinimum")
 _OBJECT_SHAPE = ("properties", "additionalProperties", "patternProperties")
@@ -151,27 +160,48 @@ _COUNT_NEGATIONS = {"minLength": ("string", "maxLength", -1), "maxLength": ("str
                     "minProperties": ("object", "maxProperties", -1), "maxProperties": ("object", "minProperties", 1)}
 
 
-def negation(s: Schema) -> Schema | None:
+def negation(s: Schema, resolve: Callable[[Schema], Schema] | None = None) -> Schema | None:
     """A schema valid exactly where `s` is not, made of forms compiled exactly; None if there is none here.
 
     Negation goes through `not` (twice is none), `allOf` and `anyOf` (De Morgan), and splits a schema's
     keywords (each constrains alone): types and scalar `enum`/`const` are excluded by `not`; a
     `required` name becomes "an object without it"; a property's schema, "an object with it, and
     its value valid under the property's negation"; `contains` (without `minContains`/`maxContains`),
-    "an array whose items are all valid under its negation"; a bound, a value of its type beyond
+    "an array whose items are all valid under its negation"; `items` (one schema), "an array with
+    an item valid under its negation"; `oneOf`, "none of its branches, or two that may overlap
+    (not provably `disjoint`)"; a bound, a value of its type beyond
     it (`minimum: 3` fails on numbers below 3, `maxLength: 5` on strings of 6 or more); a
-    `pattern`, a string that does not match it. Other keywords (`multipleOf`, `format`, ...)
-    have no such form here.
+    `pattern`, a string that does not match it. Other keywords (`multipleOf`, a known `format`,
+    ...) have no such form here.
+
+    `resolve`, where given, is applied to `s` and to every subschema negated inside it first: the
+    compiler's (`Compiler.resolving`) merges a `$ref` and `allOf` in and drops what it ignores
+    (unknown keywords, a `format` it does not know). Past `NEGATION_DEPTH` nested subschemas (a
+    recursive `$ref`) or `NEGATION_SIZE` subschemas negated in all (references shared by many
+    parts) there is no form.
 
     Example:
         >>> negation({"properties": {"mode": {"const": "a"}}, "required": ["mode"]})
         {'anyOf': [{'type': 'object', 'required': ['mode'], 'properties': {'mode': {'not': {'const': 'a'}}}}, \
 {'type': 'object', 'properties': {'mode': False}}]}
     """
+    return _negation(s, resolve, 0, [NEGATION_SIZE])
+
+
+def _negation(s: Schema, resolve: Callable[[Schema], Schema] | None, depth: int, left: list[int]) -> Schema | None:
+    left[0] -= 1
+    if depth > NEGATION_DEPTH or left[0] < 0:
+        return None
+    if resolve is not None and isinstance(s, dict):
+        try:
+            s = resolve(s)
+        except UnsupportedSchemaError:              # a reference cycle through $ref/allOf, say
+            return None
     if isinstance(s, bool):
         return not s
     if not isinstance(s, dict):
         return None
+    inner = depth + 1
     keys = [k for k in s if k not in ANNOTATIONS]
     parts: list[Schema] = []                      # `s` fails when any of these holds
     simple = {k: s[k] for k in keys if k in ("type", "enum", "const")}
@@ -182,23 +212,40 @@ def negation(s: Schema) -> Schema | None:
         parts.append({"not": simple})
     for key in keys:
         value = s[key]
-        if key in simple:
-            continue
+        if key in simple or (key in _VACUOUS_WHEN_TRUE and (value is True or value == {})):
+            continue                                # (`additionalProperties: true` fails nothing)
         if key == "not":
             parts.append(value)
         elif key in ("allOf", "anyOf") and isinstance(value, list):
-            negs = [negation(b) for b in value]
+            negs = [_negation(b, resolve, inner, left) for b in value]
             if any(n is None for n in negs):
                 return None
             if key == "allOf":
                 parts.extend(negs)
             else:
                 parts.append({"allOf": negs} if len(negs) > 1 else negs[0])
+        elif key == "oneOf" and isinstance(value, list):
+            # no branch holds, or two do (only branches not provably disjoint can both hold)
+            branches = value
+            if resolve is not None:
+                try:
+                    branches = [resolve(b) if isinstance(b, dict) else b for b in value]
+                except UnsupportedSchemaError:
+                    return None
+            negs = [_negation(b, resolve, inner, left) for b in branches]
+            if any(n is None for n in negs):
+                return None
+            both = [{"allOf": [a, b]} for i, a in enumerate(branches) for b in branches[i + 1:]
+                    if not disjoint(a, b)]
+            if len(both) > ONE_OF_PAIRS:
+                return None
+            parts.append({"allOf": negs} if len(negs) > 1 else negs[0])
+            parts.extend(both)
         elif key == "required" and isinstance(value, list):
             parts.extend({"type": "object", "properties": {r: False}} for r in value)
         elif key == "properties" and isinstance(value, dict):
             for name, prop in value.items():
-                neg = negation(prop)
+                neg = _negation(prop, resolve, inner, left)
                 if neg is None:
                     return None
                 if neg is not False:
@@ -213,10 +260,16 @@ def negation(s: Schema) -> Schema | None:
         elif key == "pattern" and isinstance(value, str):
             parts.append({"type": "string", "not": {"pattern": value}})     # a string it does not match
         elif key == "contains":       # (with minContains or maxContains beside it: no form, below)
-            neg = negation(value)
+            neg = _negation(value, resolve, inner, left)
             if neg is None:
                 return None
             parts.append({"type": "array", "items": neg})
+        elif key == "items" and isinstance(value, (dict, bool)) and "prefixItems" not in s:
+            neg = _negation(value, resolve, inner, left)       # (after prefixItems, items covers only the rest)
+            if neg is None:
+                return None
+            if neg is not False:
+                parts.append({"type": "array", "contains": neg})
         else:
             return None
     parts = [p for p in parts if p is not False]

@@ -62,7 +62,7 @@ import json
 import math
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any
+from typing import Any, Callable
 
 from grammars.ast import (
     MAX_CODEPOINT, NOTHING, Alt, Grammar, Node, Ref, Repeat, Seq, alt, byteset, codepoints, literal, optional, plus, seq,
@@ -77,7 +77,7 @@ from grammars.json_doubles import (
     ANY_DOUBLE, checked_multiples, divides_exactly, double_interval, double_value, exact_value, int_bounds,
     safe_integers,
 )
-from grammars.json_formats import format_node
+from grammars.json_formats import FORMATS, format_node
 from grammars.json_length import DEFAULT_SIZE_BUDGET, restrict_length
 from grammars.json_merge import (
     ANNOTATIONS, KEYWORD_TYPE, NOT_IN_DRAFT, TYPES, Merger, disjoint, negation, normalize, type_set, whole_types,
@@ -376,11 +376,11 @@ class Compiler:
         i, j = pair
         negs = []
         for a, b in ((i, j), (j, i)):
-            neg = negation(self.flatten(raw[b], f"{path}.oneOf[{b}]", base))
+            neg = negation(raw[b], self.resolving(f"{path}.oneOf[{b}]", base))
             if neg is None:
                 return (f"branches {i} and {j} may both match, and branch {b}'s negation has no exact form "
-                        "(only types, enum/const, bounds, required, properties, contains, pattern, "
-                        "not/allOf/anyOf of those)")
+                        "(only types, enum/const, bounds, required, properties, items, contains, pattern, "
+                        "not/allOf/anyOf/$ref of those)")
             negs.append((a, neg))
         for a, neg in negs:
             excluded[a].append(neg)
@@ -388,6 +388,19 @@ class Compiler:
             return (f"branches overlap pairwise in more than {ONE_OF_NEGATIONS} ways; 'exactly one' would "
                     "need that many negations")
         return None
+
+    def resolving(self, path: str, base: str) -> Callable[[Any], Any]:
+        """`json_merge.negation`'s `resolve`: a subschema with its `$ref` and `allOf` merged in
+        (`flatten`), without what compiling it ignores (unknown keywords, a `format` not known)."""
+
+        def resolve(s: Any) -> Any:
+            flat = self.flatten(s, path, base)
+            if isinstance(flat, dict) and any(k not in KNOWN_KEYWORDS or k == "format" for k in flat):
+                flat = {k: v for k, v in flat.items()
+                        if k in KNOWN_KEYWORDS and not (k == "format" and v not in FORMATS)}
+            return flat
+
+        return resolve
 
     def _with(self, rest: dict, branch: Any, path: str, base: str) -> Any:
         """`branch` and the sibling keywords (only merged when they constrain anything)."""

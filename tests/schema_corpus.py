@@ -312,6 +312,23 @@ CORPUS: list[dict] = [
         {"properties": {"flag": {"type": "boolean"}}, "required": ["flag"]}]},
          [{"kind": "x"}, {"kind": "z", "size": "1"}, {"kind": "y"}, {"flag": True}, {"kind": "y", "size": 2}],
          [{"kind": "x", "size": "1", "flag": True}, {"kind": "y", "size": "2"}, {}, {"kind": "x", "flag": False}]),
+    # branches negated through a `$ref`, past an unknown keyword and an unknown format, and with `items`
+    case("oneOf_negations_through_refs", {
+        "type": "object", "definitions": {"code": {"type": "string", "maxLength": 2, "format": "x-code"}},
+        "properties": {"uri": True, "tags": True, "id": True},     # (one order for every way of holding)
+        "oneOf": [{"properties": {"uri": {"type": "string"}, "tags": {"items": {"enum": ["a", "b"]}}},
+                   "required": ["uri"]},
+                  {"properties": {"id": {"$ref": "#/definitions/code"}}, "required": ["id"], "ui:hint": "id"}]},
+         [{"id": "ab"}, {"uri": "u"}, {"id": "abc", "uri": "u"}, {"id": 5, "uri": "u"},
+          {"id": "a", "uri": "u", "tags": ["c"]}, {"id": "a", "uri": "u", "tags": ["a", 1]}],
+         [{"id": "ab", "uri": "u"}, {}, {"id": "abc"}, {"id": "a", "uri": "u", "tags": ["a", "b"]},
+          {"id": "a", "uri": "u", "tags": []}, {"id": "a", "uri": "u", "tags": 3}, {"uri": 1}]),
+    # a nested oneOf negated: none of its branches, or two that may overlap
+    case("oneOf_negated_one_of", {"oneOf": [
+        {"type": "object", "required": ["a"]},
+        {"type": "object", "properties": {"a": {"oneOf": [{"type": "string"}, {"enum": ["a", 1]}]}}}]},
+         [{"a": "a"}, {"a": 2}, {"a": None, "b": 1}, {}, {"b": 1}],
+         [{"a": "x"}, {"a": 1}, {"a": ""}, 3]),
     # bounds negated: a value of their type past them
     case("oneOf_integer_ranges", {"oneOf": [{"type": "integer", "minimum": 0}, {"type": "integer", "maximum": 10}]},
          [-5, 11, 100], [0, 5, 10, 1.5, "x"]),
