@@ -691,7 +691,8 @@ class Compiler:
         accepts and it does not; False past `_UNIVERSAL_PAIRS` pairs (not proven)."""
         from grammars.dfa import LazyDFA
 
-        self.pattern_matches(pattern, "", path)          # builds its automaton (and checks the pattern)
+        if not self.pattern_matches(pattern, "", path):  # (builds its automaton and checks the pattern)
+            return False                                 # the empty name is a text it fails on
         if "[\\s\\S]*" not in self._matchers:
             self._matchers["[\\s\\S]*"] = LazyDFA(Grammar({"start": _regex("[\\s\\S]*", None)}))
         every, it = self._matchers["[\\s\\S]*"], self._matchers[pattern]
