@@ -70,13 +70,14 @@ import numpy as np
 
 from grammars.ast import Grammar, Node
 from grammars.fragments import (  # noqa: F401 - re-exported: the call edge kinds and `share` are part of the NFA's API
-    ENTER, FREE, HEAD, INC, REG, SPLICE, SUBROUTINE_MIN, UNROLL_LIMIT, FragmentBuilder, share,
+    CHECK, COUNT, ENTER, FREE, HEAD, INC, LEAVE, PICK, REG, SPLICE, SUBROUTINE_MIN, UNROLL_LIMIT, FragmentBuilder,
+    share,
 )
 from grammars.lazy import _COLUMNS, LazyRules
 from grammars.need import INF, compute_need
 
-__all__ = ["NFA", "NFAArrays", "INF", "gc_paused", "share", "REG", "FREE", "ENTER", "HEAD", "INC", "SPLICE", "UNROLL_LIMIT",
-           "SUBROUTINE_MIN"]
+__all__ = ["NFA", "NFAArrays", "INF", "gc_paused", "share", "REG", "FREE", "ENTER", "HEAD", "INC", "SPLICE", "PICK",
+           "CHECK", "LEAVE", "COUNT", "UNROLL_LIMIT", "SUBROUTINE_MIN"]
 
 
 @contextmanager
@@ -575,6 +576,9 @@ class NFA(LazyRules, FragmentBuilder):
         when the lower bound is positive (the DFA checks the count itself);
         with a lower bound of 0 the head also reaches the exit directly. ENTER
         is an epsilon move; INC is not followed (the pseudo-rule ends there).
+        An `AnyOrder`'s frame tests (PICK, CHECK, COUNT, LEAVE) are epsilon
+        moves too: `need` ignores the set taken, and the compiler keeps every
+        set reachable completable instead (see `grammars.json_objects`).
         """
         n = self.num_states
         if self._need_is_trivial():
@@ -597,10 +601,12 @@ class NFA(LazyRules, FragmentBuilder):
         rule = c_rule.copy()
         rule[head] = n_rules + np.arange(len(head))
         skip0 = head[c_lo[head] == 0]                  # lower bound 0: the head also reaches the exit
-        enter = np.flatnonzero((c_op == ENTER) | (c_op == SPLICE))   # epsilon moves: to the loop head, a body
+        # epsilon moves: to the loop head, a body, and an `AnyOrder`'s frame tests (PICK ...)
+        moves = (c_op == ENTER) | (c_op == SPLICE) | (c_op >= PICK)
+        enter = np.flatnonzero(moves)
         src = np.concatenate((eps[0], byte[0], c_src[skip0], c_src[enter]))
         dst = np.concatenate((eps[1], byte[1], c_dst[skip0], c_to[enter]))
-        keep = (c_op != INC) & (c_op != ENTER) & (c_op != SPLICE)
+        keep = (c_op != INC) & ~moves
         calls = (c_src[keep], rule[keep], c_dst[keep], (c_op[keep] != REG).astype(np.int64))
         if self.need_kernel is not None:
             return self.need_kernel(n, starts, ends, src, dst, *calls, max_depth=max_depth)
