@@ -66,7 +66,7 @@ DEAD = -1
 UNEXPANDED = -2
 _SLOT_EMPTY = -1
 # call edge kinds (grammars.nfa)
-REG, FREE, ENTER, HEAD, INC, SPLICE, PICK, CHECK, LEAVE, COUNT = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9
+REG, FREE, ENTER, HEAD, INC, SPLICE, PICK, CHECK, LEAVE, COUNT, CLEAR = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
 COUNT_SHIFT = 55                        # grammars.ast: an `AnyOrder` frame's count, above its member bits
 _LOW_BITS = (1 << COUNT_SHIFT) - 1
 
@@ -362,6 +362,10 @@ def _targets(N, S, W, flat, group_ptr, n_groups, results):  # pragma: no cover -
                 elif op == LEAVE:
                     if count >> COUNT_SHIFT >= lo:
                         todo[n_todo] = stk_parent[k] * n + start
+                        n_todo += 1
+                elif op == CLEAR:
+                    if count & hi == 0 and (lo < 0 or count >> COUNT_SHIFT < lo):
+                        todo[n_todo] = base + start
                         n_todo += 1
                 else:                              # PICK, COUNT: the set changes
                     bits = -1

@@ -6,7 +6,7 @@ so a configuration is one int `stack * N + state`). A frame is a return state
 (a rule or subroutine call), the value of a counter loop (see `grammars.nfa`:
 `x{0,1000}` is one loop whose count is a frame, never 1000 copies), or the
 set of members an `AnyOrder` object has taken (a bit set, tested and updated
-by PICK, CHECK, COUNT and LEAVE edges: `grammars.fragments`). The
+by PICK, CHECK, COUNT, LEAVE and CLEAR edges: `grammars.fragments`). The
 number of nested rule calls is bounded by `max_depth`, which unrolls recursive
 grammars to a fixed nesting depth; subroutines and counters cost no depth.
 
@@ -40,7 +40,7 @@ from grammars.ast import Grammar
 from grammars.errors import StateBudgetError
 from grammars.byte_classes import byte_classes
 from grammars.ast import COUNT_SHIFT
-from grammars.nfa import CHECK, COUNT, ENTER, FREE, HEAD, INC, LEAVE, NFA, PICK, REG
+from grammars.nfa import CHECK, CLEAR, COUNT, ENTER, FREE, HEAD, INC, LEAVE, NFA, PICK, REG
 
 __all__ = ["LazyDFA", "compile_dfa", "DEAD", "UNEXPANDED"]
 
@@ -342,6 +342,9 @@ class LazyDFA:
         elif op == LEAVE:
             if bits >> COUNT_SHIFT >= lo:
                 todo.append(parent * n + to)
+        elif op == CLEAR:
+            if not bits & hi and (lo < 0 or bits >> COUNT_SHIFT < lo):
+                todo.append(base + to)
 
     def _intern(self, configs: tuple[int, ...]) -> int:
         sid = self._ids.get(configs)

@@ -47,7 +47,7 @@ except ImportError:  # the source runs as plain Python, without Cython: the deco
             return cls
 
 __all__ = ["FragmentBuilder", "share", "compact", "trie_complement", "automaton", "REG", "FREE", "ENTER", "HEAD", "INC", "SPLICE",
-           "PICK", "CHECK", "LEAVE", "COUNT", "UNROLL_LIMIT", "SUBROUTINE_MIN"]
+           "PICK", "CHECK", "LEAVE", "COUNT", "CLEAR", "UNROLL_LIMIT", "SUBROUTINE_MIN"]
 
 # Kinds of call edge (`NFAArrays.call_op`). REG: a rule call (`Ref`), one level of
 # nesting depth; FREE: a subroutine call, no depth; ENTER: push a counter frame
@@ -60,8 +60,9 @@ __all__ = ["FragmentBuilder", "share", "compact", "trie_complement", "automaton"
 # PICK: bits & hi == 0 (hi: member lo's bans, its own bit included); the frame becomes
 # bits | 1 << lo. CHECK: lo >= 0 and bit lo is clear, or bits & hi == hi (lo -1: always the
 # mask test). COUNT: the count c (bits >> COUNT_SHIFT) is below hi (-1: no bound); c becomes
-# min(c + 1, lo). LEAVE: c >= lo; pops the frame.
-REG, FREE, ENTER, HEAD, INC, SPLICE, PICK, CHECK, LEAVE, COUNT = range(10)
+# min(c + 1, lo). LEAVE: c >= lo; pops the frame. CLEAR: bits & hi == 0 and, unless lo is -1,
+# c < lo (some member can still be taken: the comma before it is allowed).
+REG, FREE, ENTER, HEAD, INC, SPLICE, PICK, CHECK, LEAVE, COUNT, CLEAR = range(11)
 # A repeat is copied when its bound is at most this (a byte class: 8); else a counter loop.
 UNROLL_LIMIT = 4
 _BYTE_UNROLL_LIMIT = 8
@@ -635,12 +636,15 @@ class FragmentBuilder:
     def _build_any_order(self, node: AnyOrder, s: int) -> int:
         """An `AnyOrder` from `s`: O(members) states and edges, the set taken a frame.
 
-            s -ENTER-> x -> hub -PICK i-> (COUNT ->) member i -> after -> sep -> hub
+            s -ENTER-> x -> hub -PICK i-> (COUNT ->) member i -> after -CLEAR i-> more -> sep -> hub
                           hub -> (COUNT ->) extra -> after
                        x, after -> CHECK required -> CHECK needs... -LEAVE-> t
 
         The frame is pushed and popped here, around every member: a member's value (a
-        subroutine, a lazy rule, a counter loop) is balanced and never sees it.
+        subroutine, a lazy rule, a counter loop) is balanced and never sees it. The CLEAR
+        edges let the comma through only where some member can still be taken, so that
+        no DFA state is a dead end (the compiler makes every member that PICK lets through
+        completable: `grammars.json_objects`).
         """
         x, hub, after, t = self._new(), self._new(), self._new(), self._new()
         self._call(s, ENTER, x, to=x)
@@ -659,7 +663,16 @@ class FragmentBuilder:
             if counted:
                 p = self._count_step(p, cap, node.hi)
             self._eps(self._build(node.extra, p), after)
-        self._eps(self._build(node.sep, after), hub)
+        more = self._new()
+        if node.extra != NOTHING and not counted:
+            self._eps(after, more)
+        else:
+            for i, ban in enumerate(node.bans):
+                limit = node.hi if counted and not node.required >> i & 1 else -1
+                self._call(after, CLEAR, more, to=more, lo=limit, hi=ban)
+            if node.extra != NOTHING:
+                self._call(after, CLEAR, more, to=more, lo=node.hi, hi=0)
+        self._eps(self._build(node.sep, more), hub)
         done = self._new()
         self._eps(x, done)
         self._eps(after, done)

@@ -70,14 +70,14 @@ import numpy as np
 
 from grammars.ast import Grammar, Node
 from grammars.fragments import (  # noqa: F401 - re-exported: the call edge kinds and `share` are part of the NFA's API
-    CHECK, COUNT, ENTER, FREE, HEAD, INC, LEAVE, PICK, REG, SPLICE, SUBROUTINE_MIN, UNROLL_LIMIT, FragmentBuilder,
+    CHECK, CLEAR, COUNT, ENTER, FREE, HEAD, INC, LEAVE, PICK, REG, SPLICE, SUBROUTINE_MIN, UNROLL_LIMIT, FragmentBuilder,
     share,
 )
 from grammars.lazy import _COLUMNS, LazyRules
 from grammars.need import INF, compute_need
 
 __all__ = ["NFA", "NFAArrays", "INF", "gc_paused", "share", "REG", "FREE", "ENTER", "HEAD", "INC", "SPLICE", "PICK",
-           "CHECK", "LEAVE", "COUNT", "UNROLL_LIMIT", "SUBROUTINE_MIN"]
+           "CHECK", "LEAVE", "COUNT", "CLEAR", "UNROLL_LIMIT", "SUBROUTINE_MIN"]
 
 
 @contextmanager
@@ -576,7 +576,7 @@ class NFA(LazyRules, FragmentBuilder):
         when the lower bound is positive (the DFA checks the count itself);
         with a lower bound of 0 the head also reaches the exit directly. ENTER
         is an epsilon move; INC is not followed (the pseudo-rule ends there).
-        An `AnyOrder`'s frame tests (PICK, CHECK, COUNT, LEAVE) are epsilon
+        An `AnyOrder`'s frame tests (PICK, CHECK, COUNT, LEAVE, CLEAR) are epsilon
         moves too: `need` ignores the set taken, and the compiler keeps every
         set reachable completable instead (see `grammars.json_objects`).
         """
