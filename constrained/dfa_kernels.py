@@ -12,7 +12,8 @@ row costs about a microsecond instead of ~20 us of Python:
   table keyed by the array's hash (states with the same hash are chained);
 - stacks are interned `(frame, parent stack)` pairs, a frame being a return
   state (rule and subroutine calls) or `-2 - count` (a counter loop's value,
-  see `grammars.nfa`); only rule calls count towards `max_depth`;
+  or an `AnyOrder`'s set of members taken, see `grammars.nfa`); only rule
+  calls count towards `max_depth`;
 - a row groups the state's byte moves by *signature* (which moves a byte
   class takes) so that classes moving alike share one closure.
 

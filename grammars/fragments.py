@@ -6,6 +6,9 @@
 - counted repeats past `UNROLL_LIMIT` become counter loops (ENTER, HEAD and
   INC call edges; the count is a frame on the DFA configuration's stack); a
   nullable item loops as `non_empty(item)`, so no round is empty;
+- an `AnyOrder` (object members in any order) pushes a bit-set frame, the
+  members taken, tested and updated by PICK, CHECK, COUNT, CLEAR and LEAVE
+  edges: O(members) states, where listing the orders would take n!;
 - a node built again is copied from the edges recorded for its first build,
   or, from `SUBROUTINE_MIN` states on, called as a subroutine (FREE call)
   whose body is made after the grammar's rules;

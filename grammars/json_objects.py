@@ -2,11 +2,26 @@
 
 Objects are laid out in the order of `properties` (then names that are only
 `required`), optional ones skippable, additional members after the declared
-ones. A small dynamic program over (member index, members so far) places the
-commas and enforces `minProperties`/`maxProperties` exactly. With
-`any_order=True` the state is the *set* of members used, so the grammar grows
-like the number of arrangements (~ e * n!): it is limited to
-`ANY_ORDER_LIMIT` properties.
+ones: users order fields on purpose ("reasoning" before "answer"), so that
+is the default. A small dynamic program over (member index, members so far)
+places the commas and enforces `minProperties`/`maxProperties` exactly.
+
+With `any_order=True` every member order is accepted, exactly, in O(n)
+states: the body is one `AnyOrder` node, whose NFA (`grammars.fragments`)
+pushes a frame holding the *set* of members taken (an int64 bit set, like a
+counter loop's count) and tests it with call edges: PICK takes member i if
+none of its bans is taken (its own bit: no key twice), CHECK tests `required`
+and each dependency at the end, COUNT counts the optional members for
+`minProperties`/`maxProperties` (in the frame's bits 55..61), CLEAR lets a
+comma through only when some member can still come, LEAVE pops. The DFA
+builds the sets that generation reaches, lazily; listing the orders instead
+grows like n! (the layout this replaced stopped at 6 properties). Each
+member's ban mask is computed here so that every set the DFA can reach
+still completes (`need` ignores the frame): member j is banned after i when
+what i and j need, transitively, clashes with a dependency's forbidden
+names. Limits: 62 properties per object (55 with counts, of at most 127
+optional members); counts together with dependencies are refused (a count
+of what the needs add is not a bit test).
 
 Additional keys never repeat a declared name (the parsed object would keep
 the last duplicate, whose value was never checked against its schema).

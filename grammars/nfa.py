@@ -6,7 +6,9 @@ states. States carry three kinds of edges:
 - byte edges `(mask, target)`: consume one byte whose bit is set in `mask`;
 - epsilon edges: move without consuming;
 - call edges `(rule, ret)`: run `rule` from its start; when it reaches its end,
-  continue at `ret` (the lazy DFA keeps the return states on a stack).
+  continue at `ret` (the lazy DFA keeps the return states on a stack); the
+  same columns hold the frame edges of counter loops (ENTER, HEAD, INC) and
+  of `AnyOrder` objects (ENTER, PICK, CHECK, COUNT, CLEAR, LEAVE).
   (A lazy rule's only call becomes a SPLICE once its body is built: an
   epsilon move into the body, whose end goes on to `ret`, no frame.)
 
@@ -17,7 +19,11 @@ a *counter loop*: an ENTER edge pushes a counter frame holding 0 on the
 configuration's stack, the loop HEAD either runs `x` again (count < n) or pops
 the frame and leaves (count >= m), and an INC edge after `x` bumps the count.
 So `x{0,1000000}` costs four states, and the counter values live in the lazy
-DFA's configurations, created only when generation reaches them. A large
+DFA's configurations, created only when generation reaches them. An
+`AnyOrder` (a JSON object's members in any order) is entered the same way,
+its frame the set of members taken, tested and updated by PICK, CHECK,
+COUNT, CLEAR and LEAVE edges (`grammars.fragments` says what each does): O(n)
+states for n members, where listing the orders takes n!. A large
 node used again (a `$ref`'d definition, a shared object layout) becomes a
 subroutine: a FREE call, which returns like a `Ref` but costs no nesting
 depth, instead of another copy; small ones are copied from the edges
@@ -103,9 +109,10 @@ class NFAArrays:
         masks: the distinct byte masks, in order of first use: a lazy body's new masks
             come after the others, whose ids stay.
         call_ptr, call_rule, call_dst: call edges (rule index or -1, return or exit state).
-        call_op, call_to, call_lo, call_hi: per call edge its kind (`REG` ... `INC`),
+        call_op, call_to, call_lo, call_hi: per call edge its kind (`REG` ... `CLEAR`),
             the state it goes to (a rule's start, a loop head or body), and a
-            counter loop's bounds (hi -1: unbounded).
+            counter loop's bounds (hi -1: unbounded) or an `AnyOrder` edge's
+            operands (see `grammars.fragments`).
     """
 
     eps_ptr: np.ndarray

@@ -300,17 +300,26 @@ OUT_OF_ORDER = ["Github_easy---o87817", "Github_easy---o90314", "Github_medium--
 
 
 @pytest.mark.parametrize("name", OUT_OF_ORDER)
-def test_corpus_schemas_out_of_declared_order(name):
+def test_corpus_schemas_out_of_declared_order(name, hf_tok, vocabulary):
+    """Each test instance (and valid ones shuffled) through the byte DFA, and as `bench masks` walks
+    it: its llama-bpe tokens through the token FSM, EOS at the end (the compiled trie walk too)."""
     path = CORPUS / f"{name}.json"
     if not path.exists():
         pytest.skip(f"{path} is absent (../shared/corpus/maskbench-dev: see shared/corpus/README.md)")
+    from constrained.compile import compile_json_schema
+
     case = json.loads(path.read_text())
     dfa = _dfa(case["schema"])
+    tok = hf_tok("llama-bpe")
+    fsm = compile_json_schema(case["schema"], vocabulary("llama-bpe"), any_order=True)
     rng = random.Random(0)
     for test in case["tests"]:
-        text = json.dumps(test["data"], ensure_ascii=False).encode()
-        assert dfa.matches(text) == test["valid"], test["description"]
+        texts = [json.dumps(test["data"], ensure_ascii=False, separators=(",", ":"))]
         if test["valid"]:
-            for _ in range(3):
-                text = json.dumps(_shuffled(test["data"], rng), ensure_ascii=False).encode()
-                assert dfa.matches(text), (test["description"], text)
+            texts += [json.dumps(_shuffled(test["data"], rng), ensure_ascii=False) for _ in range(3)]
+        for text in texts:
+            assert dfa.matches(text.encode()) == test["valid"], (test["description"], text)
+            state = fsm.initial
+            for t in tok.encode(text, add_special_tokens=False):
+                state = fsm.next_state(state, t) if state >= 0 else state
+            assert (state >= 0 and fsm.is_accepting(state)) == test["valid"], (test["description"], text)
