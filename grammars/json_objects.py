@@ -20,8 +20,11 @@ member's ban mask is computed here so that every set the DFA can reach
 still completes (`need` ignores the frame): member j is banned after i when
 what i and j need, transitively, clashes with a dependency's forbidden
 names. Limits: 62 properties per object (55 with counts, of at most 127
-optional members); counts together with dependencies are refused (a count
-of what the needs add is not a bit test).
+optional members), and no counts together with dependencies (a count of
+what the needs add is not a bit test): past them the object is laid out in
+declared order, with a note in the compile report (a "declared order"
+`SchemaNote`, warned), rather than refusing a schema that compiles without
+the option (10 of the 599 dev schemas have an object of 63 to 131 members).
 
 Additional keys never repeat a declared name (the parsed object would keep
 the last duplicate, whose value was never checked against its schema).
@@ -46,7 +49,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from grammars.ast import ANY_ORDER_MEMBERS, COUNT_CAP, COUNT_SHIFT, EMPTY, NOTHING, AnyOrder, Node, alt, optional, seq
-from grammars.errors import UnsupportedSchemaError
+from grammars.errors import SchemaNote, UnsupportedSchemaError
 from grammars.json_checks import dependent_names
 from grammars.json_string_sets import difference
 from grammars.json_strings import any_string_body, key_literal, quoted, string_literal, string_not_in
@@ -102,7 +105,9 @@ def object_node(c: "Compiler", s: dict, path: str, base: str) -> Node:
     lo, hi = s.get("minProperties", 0), s.get("maxProperties")
     rules = _Rules.of(requires, forbids, index_of) if requires or forbids else None
     if c.any_order and (len(members) > 1 or (members and extra_member is not None)):
-        return c.ws.obj(_any_order(c, members, extra_member, lo, hi, rules, path))
+        body = _any_order(c, members, extra_member, lo, hi, rules, path)
+        if body is not None:
+            return c.ws.obj(body)
     if rules is not None and len(rules.relevant) > DEPENDENCY_LIMIT:
         key = next(k for k in ("dependentRequired", "dependentSchemas", "dependencies") if s.get(k))
         raise UnsupportedSchemaError(key, path, f"dependencies among {len(rules.relevant)} properties (at most "
@@ -388,8 +393,9 @@ class _Layout:
 
 
 def _any_order(c: "Compiler", members: list[tuple[Node, bool]], extra: Node | None, lo: int, hi: int | None,
-               rules: _Rules | None, path: str) -> Node:
-    """The members in any order: an `AnyOrder` node (see the module docstring), or NOTHING.
+               rules: _Rules | None, path: str) -> Node | None:
+    """The members in any order: an `AnyOrder` node (see the module docstring), or NOTHING; None
+    (with a note in the compile report) past the frame's limits: declared order then.
 
     Member i is bit i of the set taken. Only members that some valid object can hold are
     kept, and each one's ban mask holds every member whose presence, with what the two
@@ -408,17 +414,18 @@ def _any_order(c: "Compiler", members: list[tuple[Node, bool]], extra: Node | No
         return NOTHING
     counted = counted_lo > 0 or counted_hi >= 0
     limit = COUNT_SHIFT if counted else ANY_ORDER_MEMBERS
+    why = None
     if len(keep) > limit:
-        raise UnsupportedSchemaError("properties", path, f"any_order=True allows at most {limit} properties per "
-                                     f"object{' with minProperties/maxProperties' if counted else ''} (the set "
-                                     f"taken is a 64-bit frame), got {len(keep)}")
-    if counted and rules is not None:
-        raise UnsupportedSchemaError("minProperties" if lo else "maxProperties", path, "with any_order=True, "
-                                     "member counts together with dependencies are not enforced exactly")
-    if max(counted_lo, counted_hi) > COUNT_CAP:
-        raise UnsupportedSchemaError("maxProperties" if counted_hi > COUNT_CAP else "minProperties", path,
-                                     f"with any_order=True, counts of optional members above {COUNT_CAP} "
-                                     f"are not tracked, got {max(counted_lo, counted_hi)}")
+        why = (f"any_order=True takes at most {limit} properties per object"
+               f"{' with minProperties/maxProperties' if counted else ''} (the set taken is a 64-bit frame), "
+               f"got {len(keep)}")
+    elif counted and rules is not None:
+        why = "any_order=True does not count members together with dependencies"
+    elif max(counted_lo, counted_hi) > COUNT_CAP:
+        why = f"any_order=True counts at most {COUNT_CAP} optional members, got {max(counted_lo, counted_hi)}"
+    if why is not None:
+        c.notes.append(SchemaNote("properties", path, "declared order", why))
+        return None
     bit = {i: k for k, i in enumerate(keep)}            # member index -> its bit
     bans, needs = [], []
     for i in keep:

@@ -44,7 +44,7 @@ always get at least `max_recursion_depth` levels.
 | other `if`s, `unevaluated*`, `$dynamicRef`, other `uniqueItems` | unsupported (dropped with a warning under `allow_approximate`) |
 | annotations (`title`, `description`, `default`, `examples`, `$comment`, `readOnly`, `deprecated`, `content*`, `discriminator`) | ignored; unknown keywords are ignored with a warning |
 | `whitespace` | "default": after `{ [ ,` and before `} ]` <= 1 space, or 1 newline + <= 32 spaces/tabs; <= 1 space around `:` and before `,`; one such gap before/after the document. "compact": none. Or a `WhitespacePolicy` |
-| `any_order` | members (declared, additional, pattern) in any order, each declared one at most once, exactly: the set taken is a 64-bit frame on the DFA's stack (`ast.AnyOrder`), O(n) NFA states; <= 62 properties per object (55 with `minProperties`/`maxProperties`, whose counts of optional members are <= 127); no `minProperties`/`maxProperties` together with dependencies |
+| `any_order` | members (declared, additional, pattern) in any order, each declared one at most once, exactly: the set taken is a 64-bit frame on the DFA's stack (`ast.AnyOrder`), O(n) NFA states; <= 62 properties per object (55 with `minProperties`/`maxProperties`, whose counts of optional members are <= 127), no `minProperties`/`maxProperties` together with dependencies: past those, that object keeps declared order, with a "declared order" note in the report |
 | strings | all JSON escapes, `\\uXXXX` in either case, surrogate pairs; raw control characters and lone surrogates rejected |
 
 Example:

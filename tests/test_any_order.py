@@ -23,7 +23,6 @@ import tests.test_json_schema  # noqa: F401 - installs the hypothesis-jsonschema
 from bench.oracle import is_valid
 from grammars.ast import AnyOrder, Grammar, NOTHING, literal
 from grammars.dfa import LazyDFA
-from grammars.errors import UnsupportedSchemaError
 from grammars.json_schema import json_schema_grammar
 from grammars.nfa import NFA
 from tests.conftest import requires_jit
@@ -157,22 +156,35 @@ def test_many_properties_are_linear_and_fast():
     # members far apart in the bit set, in any order
     text = b'{"p61": "a", "p40": "b", "p00": "c", "p31": "d"}'
     assert dfa.matches(text) and not dfa.matches(text.replace(b'"p00"', b'"p61"'))
-    too_many = {"type": "object", "properties": {f"p{i:02}": {} for i in range(63)}}
-    with pytest.raises(UnsupportedSchemaError, match="at most 62"):
-        json_schema_grammar(too_many, any_order=True)
+    # past 62, the object keeps declared order, with a note in the compile report
+    too_many = {"type": "object", "properties": {f"p{i:02}": {"type": "integer"} for i in range(63)}}
+    g = json_schema_grammar(too_many, any_order=True)
+    (note,) = g.info["report"]
+    assert note.kind == "declared order" and note.path == "$" and "at most 62" in str(note)
+    ordered = LazyDFA(g, max_depth=g.info["max_depth"])
+    assert ordered.matches(b'{"p00": 1, "p62": 2}') and not ordered.matches(b'{"p62": 1, "p00": 2}')
 
 
-def test_counts_and_limits():
-    counted = {"type": "object", "properties": {f"p{i:02}": {} for i in range(56)}, "maxProperties": 3}
-    with pytest.raises(UnsupportedSchemaError, match="at most 55"):
-        json_schema_grammar(counted, any_order=True)
-    with_deps = {"type": "object", "properties": {"a": {}, "b": {}}, "maxProperties": 1,
-                 "dependentRequired": {"a": ["b"]}}
-    with pytest.raises(UnsupportedSchemaError, match="dependencies"):
-        json_schema_grammar(with_deps, any_order=True)
-    many = {"type": "object", "properties": {"a": {}, "b": {}}, "minProperties": 200}
-    with pytest.raises(UnsupportedSchemaError, match="127"):
-        json_schema_grammar(many, any_order=True)
+@pytest.mark.parametrize("schema,why", [
+    ({"type": "object", "properties": {f"p{i:02}": {} for i in range(56)}, "maxProperties": 1}, "at most 55"),
+    ({"type": "object", "properties": {"a": {}, "b": {}}, "maxProperties": 1, "dependentRequired": {"a": ["b"]}},
+     "dependencies"),
+    ({"type": "object", "properties": {"a": {}, "b": {}}, "maxProperties": 130,
+      "additionalProperties": {"type": "integer"}}, "127"),
+])
+def test_past_the_frame_objects_keep_declared_order(schema, why):
+    g = json_schema_grammar(schema, any_order=True)
+    assert [n.kind for n in g.info["report"]] == ["declared order"] and why in str(g.info["report"][0])
+    plain = json_schema_grammar(schema)
+    rng = random.Random(0)
+    dfa, ref = LazyDFA(g, max_depth=g.info["max_depth"]), LazyDFA(plain, max_depth=plain.info["max_depth"])
+    for _ in range(50):
+        keys = rng.sample(sorted(schema["properties"]), min(3, len(schema["properties"])))
+        text = json.dumps({k: 1 for k in keys}).encode()
+        assert dfa.matches(text) == ref.matches(text), text
+
+
+def test_count_bounds():
     # a bound nothing can break is dropped; one nothing can meet is an empty language
     closed = {"type": "object", "properties": {"a": {}, "b": {}}, "additionalProperties": False}
     assert _dfa({**closed, "maxProperties": 500}).matches(b'{"b": 1, "a": 2}')
