@@ -70,6 +70,8 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--isolation", choices=["engine", "case"], default="engine",
                    help="one long-lived worker per engine (a server's steady state; default) or a fresh "
                         "forked worker per (engine, schema) (adds copy-on-write page faults)")
+    m.add_argument("--any-order", action="store_true",
+                   help="ours compiles with any_order=True (object members in any order; default: declared order)")
     m.add_argument("--jsonl", help="write the JSON lines here instead of stdout")
     m.set_defaults(run=_run_masks)
 
@@ -190,12 +192,13 @@ def _run_masks(args: argparse.Namespace, emit: Callable[[dict], None], say: Call
     tok = hf_tokenizer(args.tokenizer)
     vocab = Vocabulary.from_tokenizer(tok)
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
-    engines = setup_engines(args.engines, tok, vocab, log)
+    any_order = getattr(args, "any_order", False)
+    engines = setup_engines(args.engines, tok, vocab, log, {"ours": {"any_order": True}} if any_order else None)
     header = {"suite": args.suite, "event": "setup", "corpus": str(args.corpus or DEFAULT_CORPUS),
               "tokenizer": args.tokenizer, "vocab_size": vocab.size,
               "machine": machine(), "styles": {s: repr(STYLES[s]) for s in args.styles},
               "time_limit_s": args.time_limit, "mem_limit_gb": args.mem_limit_gb, "isolation": args.isolation,
-              "order": args.order,
+              "order": args.order, "any_order": any_order,
               "schemas": len(cases),
               "engines": {n: {k: v for k, v in i.items() if k != "engine"} for n, i in engines.items()}}
     emit(header)
@@ -209,7 +212,7 @@ def _run_masks(args: argparse.Namespace, emit: Callable[[dict], None], say: Call
         say("texts: as they are (corpus strings and hypothesis-generated ones), EOS after the last token")
     else:
         say("styles: " + "; ".join(f"{s} = json.dumps(**{STYLES[s]!r})" for s in args.styles)
-            + "; object members in schema order")
+            + "; object members in schema order" + (" (ours compiled with any_order=True)" if any_order else ""))
     for name, info in engines.items():
         if "engine" in info:
             say(f"- {name}: {info['engine'].settings}")

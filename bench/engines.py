@@ -74,7 +74,11 @@ class Ours(Engine):
     """`constrained.compile_json_schema` + `Guide` (lazy masks, memoized per DFA state)."""
 
     name = "ours"
-    settings = "compile_json_schema defaults: whitespace='default', additionalProperties per spec"
+
+    def __init__(self, any_order: bool = False) -> None:
+        self.any_order = any_order          # `python -m bench masks --any-order`: members in any order
+        self.settings = ("compile_json_schema defaults: whitespace='default', additionalProperties per spec"
+                         + (", any_order=True" if any_order else ""))
 
     def setup(self, tokenizer: Any, vocab: Any) -> None:
         from constrained.compile import clear_cache, compile_json_schema
@@ -95,7 +99,7 @@ class Ours(Engine):
         try:
             if isinstance(schema, Regex):
                 return compile_regex(schema, self.vocab)
-            return compile_json_schema(schema, self.vocab)
+            return compile_json_schema(schema, self.vocab, **({"any_order": True} if self.any_order else {}))
         except ConstraintError as e:
             raise Unsupported(f"{type(e).__name__}: {e}") from None
 

@@ -299,15 +299,17 @@ def _us(ns: float) -> float:
     return round(float(ns) / 1e3, 2)
 
 
-def setup_engines(names: list[str], tokenizer: Any, vocab: Any, log: Callable[[str], None]) -> dict[str, dict]:
-    """Instantiate and set up each available engine; returns name -> {engine, setup_s, version} or skip note."""
+def setup_engines(names: list[str], tokenizer: Any, vocab: Any, log: Callable[[str], None],
+                  options: dict[str, dict] | None = None) -> dict[str, dict]:
+    """Instantiate and set up each available engine (with its `options`, by name: ours' ``any_order``);
+    returns name -> {engine, setup_s, version, settings} or skip note."""
     out: dict[str, dict] = {}
     for name in names:
         if not available(name):
             log(f"[masks] {name}: not installed, skipped (pip install '.[bench]')")
             out[name] = {"skipped": "not installed"}
             continue
-        engine = ENGINES[name]()
+        engine = ENGINES[name](**(options or {}).get(name, {}))
         t0 = time.perf_counter()
         try:
             engine.setup(tokenizer, vocab)
@@ -315,7 +317,8 @@ def setup_engines(names: list[str], tokenizer: Any, vocab: Any, log: Callable[[s
             log(f"[masks] {name}: setup failed, skipped: {type(e).__name__}: {e}")
             out[name] = {"skipped": f"setup failed: {e}"[:200]}
             continue
-        out[name] = {"engine": engine, "setup_s": round(time.perf_counter() - t0, 3), "version": engine.version()}
+        out[name] = {"engine": engine, "setup_s": round(time.perf_counter() - t0, 3), "version": engine.version(),
+                     "settings": engine.settings}
         log(f"[masks] {name} {out[name]['version']}: per-vocabulary setup {out[name]['setup_s']}s")
     return out
 

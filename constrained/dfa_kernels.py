@@ -12,7 +12,8 @@ row costs about a microsecond instead of ~20 us of Python:
   table keyed by the array's hash (states with the same hash are chained);
 - stacks are interned `(frame, parent stack)` pairs, a frame being a return
   state (rule and subroutine calls) or `-2 - count` (a counter loop's value,
-  see `grammars.nfa`); only rule calls count towards `max_depth`;
+  or an `AnyOrder`'s set of members taken, see `grammars.nfa`); only rule
+  calls count towards `max_depth`;
 - a row groups the state's byte moves by *signature* (which moves a byte
   class takes) so that classes moving alike share one closure.
 
@@ -66,7 +67,9 @@ DEAD = -1
 UNEXPANDED = -2
 _SLOT_EMPTY = -1
 # call edge kinds (grammars.nfa)
-REG, FREE, ENTER, HEAD, INC, SPLICE = 0, 1, 2, 3, 4, 5
+REG, FREE, ENTER, HEAD, INC, SPLICE, PICK, CHECK, LEAVE, COUNT, CLEAR = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
+COUNT_SHIFT = 55                        # grammars.ast: an `AnyOrder` frame's count, above its member bits
+_LOW_BITS = (1 << COUNT_SHIFT) - 1
 
 
 @njit(cache=True, nogil=True, inline="always", _nrt=False)
@@ -89,13 +92,20 @@ def _hash_cfgs(buf, m):  # pragma: no cover - compiled
 @njit(cache=True, nogil=True, _nrt=False)
 def _push(stk_ret, stk_parent, stk_depth, keys, vals, counts, k, ret, op):  # pragma: no cover - compiled
     """Stack id of frame `ret` pushed on stack `k` by a call edge of kind `op` (interned;
-    counter frames are pushed with op ENTER); < 0: a GROW status, negated."""
-    key = ((ret + 2) * 4 + op) * 0x80000000 + k
+    counter and `AnyOrder` frames are pushed with op ENTER); < 0: a GROW status, negated.
+
+    The table's keys are hashes of (frame, parent, op), checked against the stack's own
+    fields: a frame is any int64 (an `AnyOrder`'s bit set has up to 62 bits), no key
+    packs all three."""
+    depth = stk_depth[k] + (op == REG)
+    key = mix(mix(ret * 4 + op) ^ k)
     mask = len(keys) - 1
     slot = mix(key) & mask
     while vals[slot] != _SLOT_EMPTY:
         if keys[slot] == key:
-            return vals[slot]
+            sid = vals[slot]
+            if stk_ret[sid] == ret and stk_parent[sid] == k and stk_depth[sid] == depth:
+                return sid
         slot = (slot + 1) & mask
     if (counts[4] + 1) * 2 > len(keys):
         return -GROW_STACK_HT
@@ -104,7 +114,7 @@ def _push(stk_ret, stk_parent, stk_depth, keys, vals, counts, k, ret, op):  # pr
         return -GROW_STACKS
     stk_ret[sid] = ret
     stk_parent[sid] = k
-    stk_depth[sid] = stk_depth[k] + (op == REG)
+    stk_depth[sid] = depth
     keys[slot] = key
     vals[slot] = sid
     counts[2] += 1
@@ -336,7 +346,7 @@ def _targets(N, S, W, flat, group_ptr, n_groups, results):  # pragma: no cover -
                     if count >= lo:
                         todo[n_todo] = stk_parent[k] * n + ret
                         n_todo += 1
-                else:                              # INC
+                elif op == INC:
                     count += 1
                     if hi < 0 and count > lo:
                         count = lo
@@ -346,6 +356,34 @@ def _targets(N, S, W, flat, group_ptr, n_groups, results):  # pragma: no cover -
                         return -sid
                     todo[n_todo] = sid * n + start
                     n_todo += 1
+                elif op == CHECK:                  # `AnyOrder` frames: `count` is the set taken
+                    if (lo >= 0 and (count >> lo) & 1 == 0) or count & hi == hi:
+                        todo[n_todo] = base + start
+                        n_todo += 1
+                elif op == LEAVE:
+                    if count >> COUNT_SHIFT >= lo:
+                        todo[n_todo] = stk_parent[k] * n + start
+                        n_todo += 1
+                elif op == CLEAR:
+                    if count & hi == 0 and (lo < 0 or count >> COUNT_SHIFT < lo):
+                        todo[n_todo] = base + start
+                        n_todo += 1
+                else:                              # PICK, COUNT: the set changes
+                    bits = -1
+                    if op == PICK:
+                        if count & hi == 0:
+                            bits = count | (1 << lo)
+                    else:
+                        c = count >> COUNT_SHIFT
+                        if hi < 0 or c < hi:
+                            bits = (count & _LOW_BITS) | (min(c + 1, lo) << COUNT_SHIFT)
+                    if bits >= 0:
+                        sid = _push(stk_ret, stk_parent, stk_depth, stk_keys, stk_vals, counts, stk_parent[k],
+                                    -2 - bits, ENTER)
+                        if sid < 0:
+                            return -sid
+                        todo[n_todo] = sid * n + start
+                        n_todo += 1
             if end:
                 if k == 0:
                     accept = True

@@ -132,7 +132,8 @@ def _need(n_rules, rule_end, max_depth, rev_ptr, rev_src, rc_ptr, rc_p, rc_r, rc
 # the columns per state (`NFA._csr`) another 80. These kernels do both in one
 # pass each (counting sorts), from the columns as `NFA._columns` gives them.
 
-REG, FREE, ENTER, HEAD, INC, SPLICE = range(6)     # `grammars.fragments` call edge kinds
+REG, FREE, ENTER, HEAD, INC, SPLICE, PICK = range(7)     # `grammars.fragments` call edge kinds (PICK and after:
+                                                         # an `AnyOrder`'s frame tests, epsilon moves here)
 
 
 @njit(cache=True, nogil=True)
@@ -156,7 +157,8 @@ def _group(keys, n):  # pragma: no cover - compiled
 def need_from_columns(n, rule_start, rule_end, eps, byte, call, max_depth):  # pragma: no cover - compiled
     """`NFA._compute_need` (its general case) on `NFA._columns`: a counter loop's item is a
     pseudo-rule from the loop's body to the state with its INC edge, which the loop head
-    calls; ENTER and a head with lower bound 0 are epsilon moves. Returns need (int64[n])."""
+    calls; ENTER, an `AnyOrder`'s frame tests and a head with lower bound 0 are epsilon
+    moves. Returns need (int64[n])."""
     c_src, c_rule, c_dst, c_op, c_to, c_lo = call[0], call[1], call[2], call[3], call[4], call[5]
     nc = c_src.shape[0]
     n_rules = rule_start.shape[0]
@@ -174,7 +176,7 @@ def need_from_columns(n, rule_start, rule_end, eps, byte, call, max_depth):  # p
                 n_head += 1
                 if c_lo[j] == 0:
                     n_extra += 1
-            if op == ENTER or op == SPLICE:
+            if op == ENTER or op == SPLICE or op >= PICK:
                 n_extra += 1
             else:
                 n_keep += 1
@@ -199,7 +201,7 @@ def need_from_columns(n, rule_start, rule_end, eps, byte, call, max_depth):  # p
         op = c_op[j]
         if op == INC:
             continue
-        if op == ENTER or op == SPLICE:      # epsilon moves
+        if op == ENTER or op == SPLICE or op >= PICK:      # epsilon moves
             src[i] = c_src[j]
             dst[i] = c_to[j]
             i += 1

@@ -10,7 +10,8 @@ resumes or retries. Imported only when numba is.
 
 numba's on-disk cache of these kernels is keyed on this file alone, not on the
 `dfa_kernels` functions compiled into them: after changing those, change this
-file too (its docstring will do), or the old code is loaded (last: SPLICE calls).
+file too (its docstring will do), or the old code is loaded (last: the `AnyOrder` frame edges
+and the stack interning that checks frames in full).
 """
 
 from __future__ import annotations

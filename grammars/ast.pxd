@@ -31,3 +31,9 @@ cdef class Repeat:
 
 cdef class Ref:
     cdef readonly str name
+
+
+cdef class AnyOrder:
+    cdef readonly tuple items, bans, needs
+    cdef readonly object required, extra, sep, lo, hi
+    cdef Py_hash_t _hash

@@ -1,12 +1,14 @@
 """The byte-level grammar language every constraint compiles into.
 
 A constraint (regex, JSON schema) becomes a `Grammar`: named rules whose
-bodies are trees of five node kinds over *bytes*:
+bodies are trees of six node kinds over *bytes*:
 
 - `ByteSet`: one byte out of a set (a 256-bit mask);
 - `Seq`: concatenation;  `Alt`: alternation;
 - `Repeat`: `item{min,max}` (`max=None` is unbounded);
-- `Ref`: a call to another rule, which is how recursion is expressed.
+- `Ref`: a call to another rule, which is how recursion is expressed;
+- `AnyOrder`: a JSON object's members in any order, each at most once (the
+  set of members taken is a frame on the DFA's stack, see `grammars.fragments`).
 
 Nodes are immutable and hashable. Build them with the smart constructors
 (`seq`, `alt`, `repeat`, `literal`, `codepoints`, ...), which simplify as they
@@ -45,7 +47,7 @@ except ImportError:  # the source runs as plain Python, without Cython: its deco
             return lambda cls: cls
 
 __all__ = [
-    "ByteSet", "Seq", "Alt", "Repeat", "Ref", "Node", "Grammar",
+    "ByteSet", "Seq", "Alt", "Repeat", "Ref", "AnyOrder", "Node", "Grammar", "ANY_ORDER_MEMBERS", "COUNT_SHIFT", "COUNT_CAP",
     "EMPTY", "NOTHING", "ANY_BYTE",
     "byteset", "byte_range", "literal", "seq", "alt", "repeat", "optional", "star", "plus",
     "codepoints", "utf8_sequences", "MAX_CODEPOINT", "surely_nullable", "non_empty",
@@ -229,7 +231,78 @@ class Ref:
         return Ref, (self.name,)
 
 
-Node = Union[ByteSet, Seq, Alt, Repeat, Ref]
+# An `AnyOrder` frame is an int64 bit set: members take bits 0.., and a count of the members
+# counted (`AnyOrder.lo`/`hi`) saturates in the 7 bits from COUNT_SHIFT (the frame stays < 2^62).
+ANY_ORDER_MEMBERS = 62
+COUNT_SHIFT = 55
+COUNT_CAP = 127
+
+
+@cython.no_gc
+@cython.freelist(16)
+@cython.cclass
+class AnyOrder:
+    """`items` in any order, each at most once, separated by `sep`; `extra` (any number of times)
+    among them. Member i is bit i of the set of those taken, a frame on the DFA's stack.
+
+    - `bans[i]`: the bits that must be clear to take member i (its own, and the members it
+      conflicts with: a dependency forbidding one of them);
+    - `required`: the bits that must all be set at the end;
+    - `needs`: pairs (i, mask): at the end, if bit i is set, every bit of `mask` is;
+    - `lo`, `hi`: how many members *not* in `required`, extras included, there may be (`hi` -1:
+      no bound); counted only when `lo` > 0 or `hi` >= 0, in the bits from `COUNT_SHIFT`, so
+      then at most `COUNT_SHIFT` members.
+
+    Example:
+        >>> from grammars.dfa import LazyDFA
+        >>> body = AnyOrder((literal(b"a"), literal(b"b")), (1, 2), 3, (), NOTHING, literal(b","))
+        >>> dfa = LazyDFA(Grammar({"start": body}))
+        >>> [dfa.matches(t) for t in (b"a,b", b"b,a", b"a", b"a,a")]
+        [True, True, False, False]
+    """
+
+    __slots__ = ("items", "bans", "required", "needs", "extra", "sep", "lo", "hi", "_hash")
+
+    def __init__(self, items: tuple["Node", ...], bans: tuple[int, ...], required: int,
+                 needs: tuple[tuple[int, int], ...], extra: "Node", sep: "Node", lo: int = 0, hi: int = -1) -> None:
+        self.items = items
+        self.bans = bans
+        self.required = required
+        self.needs = needs
+        self.extra = extra
+        self.sep = sep
+        self.lo = lo
+        self.hi = hi
+        self._hash = 0
+
+    @property
+    def counted(self) -> bool:
+        """Whether the frame counts the members outside `required` (see `lo`, `hi`)."""
+        return self.lo > 0 or self.hi >= 0
+
+    def _key(self) -> tuple:
+        return (self.items, self.bans, self.required, self.needs, self.extra, self.sep, self.lo, self.hi)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (type(other) is AnyOrder and hash(self) == hash(other)
+                                 and self._key() == other._key())
+
+    def __hash__(self) -> int:
+        h = self._hash
+        if not h:
+            h = hash(("any_order", *self._key())) or 1
+            self._hash = h
+        return h
+
+    def __repr__(self) -> str:
+        return (f"AnyOrder(items={self.items!r}, bans={self.bans!r}, required={self.required!r}, "
+                f"needs={self.needs!r}, extra={self.extra!r}, sep={self.sep!r}, lo={self.lo!r}, hi={self.hi!r})")
+
+    def __reduce__(self) -> tuple:
+        return AnyOrder, self._key()
+
+
+Node = Union[ByteSet, Seq, Alt, Repeat, Ref, AnyOrder]
 
 EMPTY: Node = Seq(())       # matches only the empty string
 NOTHING: Node = Alt(())     # matches nothing at all
@@ -284,6 +357,8 @@ def _refs(node: Node) -> Iterable[str]:
                 stack.extend(n.items)
         elif kind is Repeat:
             stack.append(n.item)
+        elif kind is AnyOrder:
+            stack.extend((*n.items, n.extra, n.sep))
 
 
 # ---------------------------------------------------------------------------
@@ -398,6 +473,8 @@ def surely_nullable(node: Node, memo: dict[int, bool] | None = None) -> bool:
         return False
     if kind is Repeat and node.min == 0:
         return True
+    if kind is AnyOrder:
+        return node.required == 0 and node.lo == 0
     if memo is None:
         memo = {}
     got = memo.get(id(node))
@@ -434,6 +511,10 @@ def non_empty(node: Node, memo: dict[int, bool] | None = None) -> Node:
         return alt(*(seq(non_empty(x, memo), *items[i + 1:]) for i, x in enumerate(items)))
     if kind is Alt:
         return alt(*(non_empty(x, memo) for x in node.items))
+    if kind is AnyOrder:  # no member required: at least one counted
+        if node.hi == 0 or (not node.items and node.extra == NOTHING):
+            return NOTHING
+        return AnyOrder(node.items, node.bans, node.required, node.needs, node.extra, node.sep, 1, node.hi)
     return repeat(non_empty(node.item, memo), 1, node.max)
 
 

@@ -3,8 +3,10 @@
 A DFA state is an interned sorted tuple of NFA *configurations*: a byte-consuming
 NFA state plus a stack of frames (stacks are interned as parent-pointer ids,
 so a configuration is one int `stack * N + state`). A frame is a return state
-(a rule or subroutine call) or the value of a counter loop (see `grammars.nfa`:
-`x{0,1000}` is one loop whose count is a frame, never 1000 copies). The
+(a rule or subroutine call), the value of a counter loop (see `grammars.nfa`:
+`x{0,1000}` is one loop whose count is a frame, never 1000 copies), or the
+set of members an `AnyOrder` object has taken (a bit set, tested and updated
+by PICK, CHECK, COUNT, LEAVE and CLEAR edges: `grammars.fragments`). The
 number of nested rule calls is bounded by `max_depth`, which unrolls recursive
 grammars to a fixed nesting depth; subroutines and counters cost no depth.
 
@@ -37,7 +39,8 @@ import numpy as np
 from grammars.ast import Grammar
 from grammars.errors import StateBudgetError
 from grammars.byte_classes import byte_classes
-from grammars.nfa import ENTER, FREE, HEAD, INC, NFA, REG
+from grammars.ast import COUNT_SHIFT
+from grammars.nfa import CHECK, CLEAR, COUNT, ENTER, FREE, HEAD, INC, LEAVE, NFA, PICK, REG
 
 __all__ = ["LazyDFA", "compile_dfa", "DEAD", "UNEXPANDED"]
 
@@ -311,6 +314,8 @@ class LazyDFA:
                 elif op == INC:
                     count = count + 1 if hi >= 0 else min(count + 1, lo)
                     todo.append(self._push(parent, -2 - count, ENTER) * n + to)
+                else:
+                    self._any_order(op, to, lo, hi, count, parent, base, todo)
             if end:
                 if k == 0:
                     out.add(_ACCEPT)
@@ -318,6 +323,28 @@ class LazyDFA:
                     ret, parent = self._stacks[k]
                     todo.append(parent * n + ret)
         return tuple(sorted(out))
+
+    def _any_order(self, op: int, to: int, lo: int, hi: int, bits: int, parent: int, base: int,
+                   todo: list[int]) -> None:
+        """An `AnyOrder`'s frame edge (see `grammars.fragments`); the set taken `bits` is on top."""
+        n = self._n
+        if op == PICK:
+            if not bits & hi:
+                todo.append(self._push(parent, -2 - (bits | 1 << lo), ENTER) * n + to)
+        elif op == CHECK:
+            if (lo >= 0 and not bits >> lo & 1) or bits & hi == hi:
+                todo.append(base + to)
+        elif op == COUNT:
+            count = bits >> COUNT_SHIFT
+            if hi < 0 or count < hi:
+                bits = (bits & ((1 << COUNT_SHIFT) - 1)) | min(count + 1, lo) << COUNT_SHIFT
+                todo.append(self._push(parent, -2 - bits, ENTER) * n + to)
+        elif op == LEAVE:
+            if bits >> COUNT_SHIFT >= lo:
+                todo.append(parent * n + to)
+        elif op == CLEAR:
+            if not bits & hi and (lo < 0 or bits >> COUNT_SHIFT < lo):
+                todo.append(base + to)
 
     def _intern(self, configs: tuple[int, ...]) -> int:
         sid = self._ids.get(configs)

@@ -131,9 +131,10 @@ class SchemaNote(UserWarning):
         keyword: the keyword (`maxLenght`, `x-kubernetes-group`, `oneOf`, ...).
         path: the JSON path of the schema that holds it.
         kind: "unknown" (ignored), "vendor" (an `x-` extension, ignored),
-            "approximated" (not enforced: `allow_approximate=True`) or
+            "approximated" (not enforced: `allow_approximate=True`),
             "annotation" (a `format` this engine does not know: not checked, as
-            the spec allows; reported, never warned).
+            the spec allows; reported, never warned) or "declared order" (an
+            object `any_order=True` cannot hold, laid out in declared order).
         suggestion: for an unknown keyword, the known one it is likely a typo of.
 
     Example:
@@ -145,6 +146,8 @@ class SchemaNote(UserWarning):
         self.keyword, self.path, self.kind, self.suggestion = keyword, path, kind, suggestion
         if kind == "approximated":
             text = f"`{keyword}` at {path} is not enforced: {detail or 'the grammar over-approximates the schema'}"
+        elif kind == "declared order":
+            text = f"`{keyword}` at {path}: members only in declared order, not any order ({detail})"
         elif kind == "annotation":
             text = f"unknown `{keyword}` {detail} at {path} is not checked (an annotation, as the spec allows)"
         else:

@@ -6,6 +6,9 @@
 - counted repeats past `UNROLL_LIMIT` become counter loops (ENTER, HEAD and
   INC call edges; the count is a frame on the DFA configuration's stack); a
   nullable item loops as `non_empty(item)`, so no round is empty;
+- an `AnyOrder` (object members in any order) pushes a bit-set frame, the
+  members taken, tested and updated by PICK, CHECK, COUNT, CLEAR and LEAVE
+  edges: O(members) states, where listing the orders would take n!;
 - a node built again is copied from the edges recorded for its first build,
   or, from `SUBROUTINE_MIN` states on, called as a subroutine (FREE call)
   whose body is made after the grammar's rules;
@@ -33,7 +36,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from grammars.ast import COUNT_MAX, Alt, ByteSet, Node, Ref, Repeat, Seq, non_empty, repeat, surely_nullable
+from grammars.ast import (COUNT_MAX, NOTHING, Alt, AnyOrder, ByteSet, Node, Ref, Repeat, Seq, non_empty, repeat,
+                          surely_nullable)
 from grammars.errors import StateBudgetError
 from grammars.native import checkpoint
 
@@ -46,7 +50,7 @@ except ImportError:  # the source runs as plain Python, without Cython: the deco
             return cls
 
 __all__ = ["FragmentBuilder", "share", "compact", "trie_complement", "automaton", "REG", "FREE", "ENTER", "HEAD", "INC", "SPLICE",
-           "UNROLL_LIMIT", "SUBROUTINE_MIN"]
+           "PICK", "CHECK", "LEAVE", "COUNT", "CLEAR", "UNROLL_LIMIT", "SUBROUTINE_MIN"]
 
 # Kinds of call edge (`NFAArrays.call_op`). REG: a rule call (`Ref`), one level of
 # nesting depth; FREE: a subroutine call, no depth; ENTER: push a counter frame
@@ -54,7 +58,14 @@ __all__ = ["FragmentBuilder", "share", "compact", "trie_complement", "automaton"
 # pop the frame and go to the loop exit (`call_dst`); INC: count + 1, back to the head.
 # SPLICE: a lazy rule's only call once its body is built (`NFA.build_lazy`): an epsilon
 # move to the body's start, no frame; the body's end goes on to the call's exit.
-REG, FREE, ENTER, HEAD, INC, SPLICE = range(6)
+# An `AnyOrder` (object members in any order) is entered by ENTER too, its frame a bit set
+# `bits` (stored as -2 - bits, like a count), and then, each going to `to` only if:
+# PICK: bits & hi == 0 (hi: member lo's bans, its own bit included); the frame becomes
+# bits | 1 << lo. CHECK: lo >= 0 and bit lo is clear, or bits & hi == hi (lo -1: always the
+# mask test). COUNT: the count c (bits >> COUNT_SHIFT) is below hi (-1: no bound); c becomes
+# min(c + 1, lo). LEAVE: c >= lo; pops the frame. CLEAR: bits & hi == 0 and, unless lo is -1,
+# c < lo (some member can still be taken: the comma before it is allowed).
+REG, FREE, ENTER, HEAD, INC, SPLICE, PICK, CHECK, LEAVE, COUNT, CLEAR = range(11)
 # A repeat is copied when its bound is at most this (a byte class: 8); else a counter loop.
 UNROLL_LIMIT = 4
 _BYTE_UNROLL_LIMIT = 8
@@ -273,6 +284,8 @@ class FragmentBuilder:
                 self._build_alt([_items(x) for x in node.items], s, t)
         elif kind is Repeat:
             t = self._build_repeat(node, s)
+        elif kind is AnyOrder:
+            t = self._build_any_order(node, s)
         else:
             raise TypeError(f"not a grammar node: {node!r}")
         # keyed by identity (the node kept alive beside it): hashing every new node by its
@@ -622,6 +635,65 @@ class FragmentBuilder:
         self._call(head, HEAD, t, to=body, lo=node.min, hi=hi)
         self._call(self._build(node.item, body), INC, head, to=head, lo=node.min, hi=hi)
         return t
+
+    def _build_any_order(self, node: AnyOrder, s: int) -> int:
+        """An `AnyOrder` from `s`: O(members) states and edges, the set taken a frame.
+
+            s -ENTER-> x -> hub -PICK i-> (COUNT ->) member i -> after -CLEAR i-> more -> sep -> hub
+                          hub -> (COUNT ->) extra -> after
+                       x, after -> CHECK required -> CHECK needs... -LEAVE-> t
+
+        The frame is pushed and popped here, around every member: a member's value (a
+        subroutine, a lazy rule, a counter loop) is balanced and never sees it. The CLEAR
+        edges let the comma through only where some member can still be taken, so that
+        no DFA state is a dead end (the compiler makes every member that PICK lets through
+        completable: `grammars.json_objects`).
+        """
+        x, hub, after, t = self._new(), self._new(), self._new(), self._new()
+        self._call(s, ENTER, x, to=x)
+        self._eps(x, hub)
+        counted = node.lo > 0 or node.hi >= 0
+        cap = node.hi if node.hi >= 0 else node.lo
+        for i, item in enumerate(node.items):
+            p = self._new()
+            self._call(hub, PICK, p, to=p, lo=i, hi=node.bans[i])
+            if counted and not node.required >> i & 1:
+                p = self._count_step(p, cap, node.hi)
+            self._eps(self._build(item, p), after)
+        if node.extra != NOTHING:
+            p = self._new()                     # (a fresh entry: the hub is entered again after a comma)
+            self._eps(hub, p)
+            if counted:
+                p = self._count_step(p, cap, node.hi)
+            self._eps(self._build(node.extra, p), after)
+        more = self._new()
+        if node.extra != NOTHING and not counted:
+            self._eps(after, more)
+        else:
+            for i, ban in enumerate(node.bans):
+                limit = node.hi if counted and not node.required >> i & 1 else -1
+                self._call(after, CLEAR, more, to=more, lo=limit, hi=ban)
+            if node.extra != NOTHING:
+                self._call(after, CLEAR, more, to=more, lo=node.hi, hi=0)
+        self._eps(self._build(node.sep, more), hub)
+        done = self._new()
+        self._eps(x, done)
+        self._eps(after, done)
+        if node.required:
+            done = self._guard(done, CHECK, -1, node.required)
+        for i, mask in node.needs:
+            done = self._guard(done, CHECK, i, mask)
+        self._call(done, LEAVE, t, to=t, lo=node.lo if counted else 0)
+        return t
+
+    def _guard(self, s: int, op: int, lo: int, hi: int) -> int:
+        """A frame test or update (`PICK` ... `COUNT`) from `s` to a fresh state; returns it."""
+        t = self._new()
+        self._call(s, op, t, to=t, lo=lo, hi=hi)
+        return t
+
+    def _count_step(self, s: int, cap: int, hi: int) -> int:
+        return self._guard(s, COUNT, cap, hi)
 
     def _byte_repeat(self, mask: int, lo: int, hi: int, s: int) -> int:
         """`[mask]{lo,hi}` in bulk: the same edges, in the same column order, as

@@ -28,7 +28,7 @@ Example:
 
 from __future__ import annotations
 
-from grammars.ast import EMPTY, NOTHING, Alt, ByteSet, Node, Repeat, Seq, repeat, seq, star
+from grammars.ast import EMPTY, NOTHING, Alt, AnyOrder, ByteSet, Node, Repeat, Seq, repeat, seq, star
 from grammars.errors import UnsupportedSchemaError
 from grammars.json_values import union
 
@@ -268,6 +268,9 @@ def expanded_size(node: Node, memo: dict[int, int] | None = None) -> int:
         size = sum(expanded_size(i, memo) for i in node.items)
     elif isinstance(node, Repeat):
         size = expanded_size(node.item, memo) * max(node.max if node.max is not None else node.min + 1, 1)
+    elif isinstance(node, AnyOrder):
+        size = sum(expanded_size(i, memo) + 2 for i in node.items) + expanded_size(node.extra, memo) + \
+            expanded_size(node.sep, memo) + len(node.needs) + 6
     else:
         size = 1
     memo[id(node)] = size

@@ -39,12 +39,12 @@ always get at least `max_recursion_depth` levels.
 | `if` / `then` / `else` | exact when `if` has such a negation: (if and then) or (not if and else), e.g. a discriminator `{"properties": {"mode": {"const": ...}}, "required": ["mode"]}`; else unsupported |
 | `$ref` `$defs` `definitions` `$anchor` `$id` | local refs, JSON pointers with `~0 ~1`; recursion via `Ref` rules, depth `max_recursion_depth`; remote refs unsupported; 2020-12 siblings of `$ref` are merged, draft-7 siblings ignored |
 | `true` / `{}` / `false` | any JSON value (nesting <= `max_any_depth`) / nothing |
-| `dependentRequired`, draft-7 `dependencies` | exact when the dependencies require names (arrays) or only require or forbid names (`{"required": [...]}`, `"properties": {"x": false}` or `{"not": {}}`), also as `dependentSchemas`, among at most 12 properties per object (`json_objects.DEPENDENCY_LIMIT`); names they mention that are not declared are members after the declared ones, with the `additionalProperties` schema; any other dependent schema is a condition (`json_merge.normalize`: not an object, no such member, or the schema holds) |
+| `dependentRequired`, draft-7 `dependencies` | exact when the dependencies require names (arrays) or only require or forbid names (`{"required": [...]}`, `"properties": {"x": false}` or `{"not": {}}`), also as `dependentSchemas`, among at most 12 properties per object (`json_objects.DEPENDENCY_LIMIT`; no limit with `any_order`); names they mention that are not declared are members after the declared ones, with the `additionalProperties` schema; any other dependent schema is a condition (`json_merge.normalize`: not an object, no such member, or the schema holds) |
 | `uniqueItems: true` | exact over at most `json_arrays.UNIQUE_VALUES` (10) distinct item values (enum/const, booleans and null, small integer ranges); else unsupported |
 | other `if`s, `unevaluated*`, `$dynamicRef`, other `uniqueItems` | unsupported (dropped with a warning under `allow_approximate`) |
 | annotations (`title`, `description`, `default`, `examples`, `$comment`, `readOnly`, `deprecated`, `content*`, `discriminator`) | ignored; unknown keywords are ignored with a warning |
 | `whitespace` | "default": after `{ [ ,` and before `} ]` <= 1 space, or 1 newline + <= 32 spaces/tabs; <= 1 space around `:` and before `,`; one such gap before/after the document. "compact": none. Or a `WhitespacePolicy` |
-| `any_order` | properties in any order, <= 6 per object (grammar ~ e*n! members) |
+| `any_order` | members (declared, additional, pattern) in any order, each declared one at most once, exactly: the set taken is a 64-bit frame on the DFA's stack (`ast.AnyOrder`), O(n) NFA states; <= 62 properties per object (55 with `minProperties`/`maxProperties`, whose counts of optional members are <= 127), no `minProperties`/`maxProperties` together with dependencies: past those, that object keeps declared order, with a "declared order" note in the report |
 | strings | all JSON escapes, `\\uXXXX` in either case, surrogate pairs; raw control characters and lone surrogates rejected |
 
 Example:
@@ -126,7 +126,7 @@ def json_schema_grammar(
         schema: the schema; see `load_schema`.
         strict: `additionalProperties` defaults to false instead of true.
         whitespace: "default", "compact" or a `WhitespacePolicy`.
-        any_order: allow object properties in any order (<= 6 per object).
+        any_order: allow object members in any order (<= 62 properties per object; see the table).
         max_recursion_depth: nesting bound for recursive `$ref`s.
         max_any_depth: nesting bound inside unconstrained (any) values.
         allow_approximate: drop unsupported keywords with a warning instead of raising.

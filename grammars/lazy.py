@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from grammars.ast import Alt, ByteSet, Node, Ref, Repeat, Seq
+from grammars.ast import Alt, AnyOrder, ByteSet, Node, Ref, Repeat, Seq
 from grammars.fragments import _SHARED, FREE, SPLICE
 
 __all__ = ["LazyRules", "LAZY_MIN", "LAZY_MIN_IN_BODY"]
@@ -219,6 +219,8 @@ def _at_least(node: Node, limit: int) -> bool:
             stack.extend(x.items)
         elif kind is Repeat:
             stack.append(x.item)
+        elif kind is AnyOrder:
+            stack.extend((*x.items, x.extra, x.sep))
     return False
 
 
@@ -231,8 +233,8 @@ def _ends_free(node: Node, memo: dict[int, bool]) -> bool:
         return node.mask != 0
     if kind is Ref:
         return False
-    if kind is Repeat and node.min == 0:
-        return True
+    if (kind is Repeat and node.min == 0) or kind is AnyOrder:
+        return True              # (an `AnyOrder`'s frame tests are epsilon moves to `need`: it ends empty)
     key = id(node)
     got = memo.get(key)
     if got is None:

@@ -6,7 +6,9 @@ states. States carry three kinds of edges:
 - byte edges `(mask, target)`: consume one byte whose bit is set in `mask`;
 - epsilon edges: move without consuming;
 - call edges `(rule, ret)`: run `rule` from its start; when it reaches its end,
-  continue at `ret` (the lazy DFA keeps the return states on a stack).
+  continue at `ret` (the lazy DFA keeps the return states on a stack); the
+  same columns hold the frame edges of counter loops (ENTER, HEAD, INC) and
+  of `AnyOrder` objects (ENTER, PICK, CHECK, COUNT, CLEAR, LEAVE).
   (A lazy rule's only call becomes a SPLICE once its body is built: an
   epsilon move into the body, whose end goes on to `ret`, no frame.)
 
@@ -17,7 +19,11 @@ a *counter loop*: an ENTER edge pushes a counter frame holding 0 on the
 configuration's stack, the loop HEAD either runs `x` again (count < n) or pops
 the frame and leaves (count >= m), and an INC edge after `x` bumps the count.
 So `x{0,1000000}` costs four states, and the counter values live in the lazy
-DFA's configurations, created only when generation reaches them. A large
+DFA's configurations, created only when generation reaches them. An
+`AnyOrder` (a JSON object's members in any order) is entered the same way,
+its frame the set of members taken, tested and updated by PICK, CHECK,
+COUNT, CLEAR and LEAVE edges (`grammars.fragments` says what each does): O(n)
+states for n members, where listing the orders takes n!. A large
 node used again (a `$ref`'d definition, a shared object layout) becomes a
 subroutine: a FREE call, which returns like a `Ref` but costs no nesting
 depth, instead of another copy; small ones are copied from the edges
@@ -70,13 +76,14 @@ import numpy as np
 
 from grammars.ast import Grammar, Node
 from grammars.fragments import (  # noqa: F401 - re-exported: the call edge kinds and `share` are part of the NFA's API
-    ENTER, FREE, HEAD, INC, REG, SPLICE, SUBROUTINE_MIN, UNROLL_LIMIT, FragmentBuilder, share,
+    CHECK, CLEAR, COUNT, ENTER, FREE, HEAD, INC, LEAVE, PICK, REG, SPLICE, SUBROUTINE_MIN, UNROLL_LIMIT, FragmentBuilder,
+    share,
 )
 from grammars.lazy import _COLUMNS, LazyRules
 from grammars.need import INF, compute_need
 
-__all__ = ["NFA", "NFAArrays", "INF", "gc_paused", "share", "REG", "FREE", "ENTER", "HEAD", "INC", "SPLICE", "UNROLL_LIMIT",
-           "SUBROUTINE_MIN"]
+__all__ = ["NFA", "NFAArrays", "INF", "gc_paused", "share", "REG", "FREE", "ENTER", "HEAD", "INC", "SPLICE", "PICK",
+           "CHECK", "LEAVE", "COUNT", "CLEAR", "UNROLL_LIMIT", "SUBROUTINE_MIN"]
 
 
 @contextmanager
@@ -102,9 +109,10 @@ class NFAArrays:
         masks: the distinct byte masks, in order of first use: a lazy body's new masks
             come after the others, whose ids stay.
         call_ptr, call_rule, call_dst: call edges (rule index or -1, return or exit state).
-        call_op, call_to, call_lo, call_hi: per call edge its kind (`REG` ... `INC`),
+        call_op, call_to, call_lo, call_hi: per call edge its kind (`REG` ... `CLEAR`),
             the state it goes to (a rule's start, a loop head or body), and a
-            counter loop's bounds (hi -1: unbounded).
+            counter loop's bounds (hi -1: unbounded) or an `AnyOrder` edge's
+            operands (see `grammars.fragments`).
     """
 
     eps_ptr: np.ndarray
@@ -575,6 +583,9 @@ class NFA(LazyRules, FragmentBuilder):
         when the lower bound is positive (the DFA checks the count itself);
         with a lower bound of 0 the head also reaches the exit directly. ENTER
         is an epsilon move; INC is not followed (the pseudo-rule ends there).
+        An `AnyOrder`'s frame tests (PICK, CHECK, COUNT, LEAVE, CLEAR) are epsilon
+        moves too: `need` ignores the set taken, and the compiler keeps every
+        set reachable completable instead (see `grammars.json_objects`).
         """
         n = self.num_states
         if self._need_is_trivial():
@@ -597,10 +608,12 @@ class NFA(LazyRules, FragmentBuilder):
         rule = c_rule.copy()
         rule[head] = n_rules + np.arange(len(head))
         skip0 = head[c_lo[head] == 0]                  # lower bound 0: the head also reaches the exit
-        enter = np.flatnonzero((c_op == ENTER) | (c_op == SPLICE))   # epsilon moves: to the loop head, a body
+        # epsilon moves: to the loop head, a body, and an `AnyOrder`'s frame tests (PICK ...)
+        moves = (c_op == ENTER) | (c_op == SPLICE) | (c_op >= PICK)
+        enter = np.flatnonzero(moves)
         src = np.concatenate((eps[0], byte[0], c_src[skip0], c_src[enter]))
         dst = np.concatenate((eps[1], byte[1], c_dst[skip0], c_to[enter]))
-        keep = (c_op != INC) & (c_op != ENTER) & (c_op != SPLICE)
+        keep = (c_op != INC) & ~moves
         calls = (c_src[keep], rule[keep], c_dst[keep], (c_op[keep] != REG).astype(np.int64))
         if self.need_kernel is not None:
             return self.need_kernel(n, starts, ends, src, dst, *calls, max_depth=max_depth)

@@ -295,9 +295,10 @@ def test_property_order_and_any_order():
     free = _dfa(schema, any_order=True)
     assert free.matches(b'{"b":1,"a":2}') and free.matches(b'{"a":1,"b":2}')
     assert not free.matches(b'{"a":1,"a":2}') and not free.matches(b'{"a":1}')
-    big = {"type": "object", "properties": {f"p{i}": {} for i in range(7)}}
-    with pytest.raises(UnsupportedSchemaError, match="any_order"):
-        json_schema_grammar(big, any_order=True)
+    # the set of members taken is a 64-bit frame (tests/test_any_order.py): past 62 properties an
+    # object keeps declared order, with a note in the compile report
+    big = {"type": "object", "properties": {f"p{i}": {} for i in range(63)}}
+    assert "any_order" in str(json_schema_grammar(big, any_order=True).info["report"][0])
 
 
 def test_additional_keys_never_repeat_declared():

@@ -247,3 +247,36 @@ def test_preludes_keep_the_language(schema, monkeypatch: pytest.MonkeyPatch) -> 
     without = LazyDFA(g, max_depth=3)
     assert without.nfa.rule_start[0] == 0
     assert _same_language(with_prelude, without)
+
+
+# `any_order=True` objects: their frame tests (PICK ... CLEAR) are epsilon moves to `need`, alike
+# in the Python search and the compiled kernels, and replayed fragments keep them.
+ANY_ORDER = [
+    {"type": "object", "required": ["a"], "properties": {"a": {"type": "integer"}, "b": {"$ref": "#"},
+                                                         "c": {"type": "array", "items": {"$ref": "#"}}},
+     "dependentRequired": {"b": ["c"]}, "dependentSchemas": {"c": {"properties": {"d": False}}}},
+    {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(40)}, "maxProperties": 5,
+     "additionalProperties": {"type": "integer"}},
+    {"type": "array", "items": {"type": "object", "properties": {"k": {}, "v": {"type": "object", "properties": {
+        "x": {}, "y": {}}, "required": ["y"]}}}, "maxItems": 9},
+]
+
+
+@pytest.mark.parametrize("schema", ANY_ORDER)
+def test_any_order_need_agrees_with_the_kernels(schema, monkeypatch: pytest.MonkeyPatch) -> None:
+    g = json_schema_grammar(schema, any_order=True)
+    depth = g.info["max_depth"]
+    _kernels()
+    compiled = NFA(g, max_depth=depth)
+    for name in ("finish_kernel", "need_columns_kernel", "need_kernel", "csr_kernel"):
+        monkeypatch.setattr(NFA, name, None)
+    plain = NFA(g, max_depth=depth)
+    assert np.asarray(compiled.need).tolist() == np.asarray(plain.need).tolist()
+    assert [list(c) for c in compiled.calls] == [list(c) for c in plain.calls]
+    monkeypatch.setattr(NFA, "subroutines", False)
+    monkeypatch.setattr(NFA, "minimal_dfas", False)
+    monkeypatch.setattr(fragments, "_TEMPLATES", {})
+    fast = NFA(g, max_depth=depth)
+    monkeypatch.setattr(NFA, "replay", False)
+    monkeypatch.setattr(NFA, "fast_need", False)
+    assert _shape(fast) == _shape(NFA(g, max_depth=depth))
