@@ -8,10 +8,11 @@ grow first, or a lazy rule must be built (`dfa_kernels.BUILD_RULE`), they
 return that status and the caller (`JitDFA`) grows the arrays or the NFA and
 resumes or retries. Imported only when numba is.
 
-numba's on-disk cache of these kernels is keyed on this file alone, not on the
-`dfa_kernels` functions compiled into them: after changing those, change this
-file too (its docstring will do), or the old code is loaded (last: the `AnyOrder` frame edges
-and the stack interning that checks frames in full).
+numba's on-disk cache of these kernels is keyed on this file alone (its time
+and size), not on the `dfa_kernels` functions compiled into them: a checkout
+that changed only those would load the old code. So `DFA_KERNELS_SHA256`
+holds the start of `dfa_kernels.py`'s hash, and a test fails until it is
+updated, which changes this file too.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ from numba import njit
 
 from constrained.dfa_kernels import OK, UNEXPANDED, mix, expand_row
 
-__all__ = ["walk_native", "equivalent"]
+__all__ = ["walk_native", "equivalent", "DFA_KERNELS_SHA256"]
+
+# sha256 of constrained/dfa_kernels.py, first 16 hex digits (see the module docstring)
+DFA_KERNELS_SHA256 = "1658ad2a0c284cb2"
 
 
 @njit(cache=True, nogil=True, _nrt=False)
