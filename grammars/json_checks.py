@@ -40,9 +40,8 @@ KNOWN_KEYWORDS = frozenset(_NONNEG_INT + _NUMBER + _SCHEMA_MAP + _SCHEMA_LIST + 
 # have none of them, and skip those loops (a tenth of compiling a median schema's grammar).
 _SHAPED = frozenset(_NONNEG_INT + _NUMBER + _SCHEMA_MAP + _SCHEMA_LIST + _SCHEMA
                     + ("exclusiveMinimum", "exclusiveMaximum", "multipleOf", "items"))
-_MAYBE_UNSUPPORTED = frozenset(("dependentSchemas", "dependentRequired", "dependencies",
-                                "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef",
-                                "if"))
+_MAYBE_UNSUPPORTED = frozenset(("dependentSchemas", "dependentRequired", "dependencies", "$dynamicRef",
+                                "$recursiveRef", "if"))     # (`unevaluated*`: `Compiler._unevaluated`)
 _TYPED = frozenset(("type", "required", "enum", "pattern", "format", "$ref", "uniqueItems"))
 
 
@@ -114,10 +113,8 @@ def _unsupported(s: dict) -> list[str]:
     if not s.keys() & _MAYBE_UNSUPPORTED:
         return []
     out = []
-    trivial = {"dependentRequired": {}, "dependentSchemas": {}, "dependencies": {},
-               "unevaluatedProperties": True, "unevaluatedItems": True}
-    for key in ("dependentSchemas", "dependentRequired", "dependencies", "unevaluatedProperties",
-                "unevaluatedItems", "$dynamicRef", "$recursiveRef"):
+    trivial = {"dependentRequired": {}, "dependentSchemas": {}, "dependencies": {}}
+    for key in ("dependentSchemas", "dependentRequired", "dependencies", "$dynamicRef", "$recursiveRef"):
         if key in s and not (key in trivial and s[key] == trivial[key]) and not _exact_dependencies(key, s[key]):
             out.append(key)
     if "if" in s and ("then" in s or "else" in s) and negation(s["if"]) is None:   # else rewritten (`normalize`)

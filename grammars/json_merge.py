@@ -26,7 +26,7 @@ from grammars.ecma import both_patterns
 from grammars.errors import UnsupportedSchemaError
 from grammars.json_values import json_key, json_type
 
-__all__ = ["Merger", "normalize", "negation", "TYPES", "ANNOTATIONS", "type_set", "disjoint"]
+__all__ = ["Merger", "normalize", "negation", "TYPES", "ANNOTATIONS", "UNEVALUATED", "type_set", "disjoint"]
 
 TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
 ANNOTATIONS = frozenset({
@@ -53,7 +53,9 @@ ResolveFn = Callable[[str, str, str], tuple[Schema, str, str]]
 
 
 # Keywords a draft does not have: its validators ignore them (`json_refs.draft_of` numbers the drafts).
-NOT_IN_DRAFT = {4: ("contains", "minContains", "maxContains"), 7: ("minContains", "maxContains")}
+NOT_IN_DRAFT = {4: ("contains", "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems"),
+                7: ("minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems")}
+UNEVALUATED = ("unevaluatedProperties", "unevaluatedItems")
 _COUNTS = ("minContains", "maxContains")
 
 
@@ -418,6 +420,11 @@ class Merger:
 
     def merge(self, a: Schema, b: Schema, path: str) -> Schema:
         a, b = self.flatten(a, path), self.flatten(b, path)
+        for side in (a, b):
+            for key in UNEVALUATED:
+                if isinstance(side, dict) and side.get(key, True) is not True:
+                    raise UnsupportedSchemaError(key, path, "in a subschema merged with others (allOf, or $ref beside "
+                                                 "other keywords): what it counts as evaluated would change")
         if a is True:
             return b
         if b is True:

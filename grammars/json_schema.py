@@ -41,7 +41,8 @@ always get at least `max_recursion_depth` levels.
 | `true` / `{}` / `false` | any JSON value (nesting <= `max_any_depth`) / nothing |
 | `dependentRequired`, draft-7 `dependencies` | exact when the dependencies require names (arrays) or only require or forbid names (`{"required": [...]}`, `"properties": {"x": false}` or `{"not": {}}`), also as `dependentSchemas`, among at most 12 properties per object (`json_objects.DEPENDENCY_LIMIT`; no limit with `any_order`); names they mention that are not declared are members after the declared ones, with the `additionalProperties` schema; any other dependent schema is a condition (`json_merge.normalize`: not an object, no such member, or the schema holds) |
 | `uniqueItems: true` | exact over at most `json_arrays.UNIQUE_VALUES` (10) distinct item values (enum/const, booleans and null, small integer ranges); else unsupported |
-| other `if`s, `unevaluated*`, `$dynamicRef`, other `uniqueItems` | unsupported (dropped with a warning under `allow_approximate`) |
+| `unevaluatedProperties` `unevaluatedItems` | exact where static (`Compiler._unevaluated`): `allOf`/`$ref` merged, no branches left; then `additionalProperties` / `items` (no effect beside those); beside branches or `contains` unsupported |
+| other `if`s, `$dynamicRef`, other `uniqueItems` | unsupported (dropped with a warning under `allow_approximate`) |
 | annotations (`title`, `description`, `default`, `examples`, `$comment`, `readOnly`, `deprecated`, `content*`, `discriminator`) | ignored; unknown keywords are ignored with a warning |
 | `whitespace` | "default": after `{ [ ,` and before `} ]` <= 1 space, or 1 newline + <= 32 spaces/tabs; <= 1 space around `:` and before `,`; one such gap before/after the document. "compact": none. Or a `WhitespacePolicy` |
 | `any_order` | members (declared, additional, pattern) in any order, each declared one at most once, exactly: the set taken is a 64-bit frame on the DFA's stack (`ast.AnyOrder`), O(n) NFA states; <= 62 properties per object (55 with `minProperties`/`maxProperties`, whose counts of optional members are <= 127), no `minProperties`/`maxProperties` together with dependencies: past those, that object keeps declared order, with a "declared order" note in the report |
@@ -80,7 +81,7 @@ from grammars.json_doubles import (
 from grammars.json_formats import FORMATS, format_node
 from grammars.json_length import DEFAULT_SIZE_BUDGET, restrict_length
 from grammars.json_merge import (
-    ANNOTATIONS, KEYWORD_TYPE, NOT_IN_DRAFT, TYPES, Merger, disjoint, negation, normalize, type_set, whole_types,
+    ANNOTATIONS, KEYWORD_TYPE, NOT_IN_DRAFT, TYPES, UNEVALUATED, Merger, disjoint, negation, normalize, type_set, whole_types,
 )
 from grammars.json_numbers import (
     ANY_NUMBER, Interval, integer_multiples, literal_set, number_interval, number_value,
@@ -255,6 +256,10 @@ class Compiler:
             self._not_in_draft(s, path)
         s = normalize(s, self.draft)
         merged = False                         # `normalize` keeps checked keywords well-formed; merging may not
+        if "unevaluatedProperties" in s or "unevaluatedItems" in s:
+            s, merged = self._unevaluated(s, path, base), True
+            if not isinstance(s, dict):
+                return self.node(s, path, base)
         if "$ref" in s:
             if all(k in ANNOTATIONS for k in s if k != "$ref"):
                 return self.ref(s["$ref"], path, base)
@@ -272,6 +277,44 @@ class Compiler:
         if "anyOf" in s or "oneOf" in s:
             return self._branches(s, path, base)
         return self._typed(s, path, base)
+
+    def _unevaluated(self, s: dict, path: str, base: str) -> Any:
+        """`s` with `unevaluatedProperties` / `unevaluatedItems` where what they see does not depend on
+        the instance: its `$ref`s and `allOf`s merged in (`flatten`; one of those holding its own
+        `unevaluated*` is refused by the merger), no `anyOf`/`oneOf` left (`if`, `not` and dependent
+        schemas are those by now). Then `unevaluatedProperties` is `additionalProperties` (the names
+        that neither `properties` nor `patternProperties` evaluate), and changes nothing beside an
+        `additionalProperties`, which evaluates every other name; `unevaluatedItems` is `items`
+        after `prefixItems`, and changes nothing beside an `items`. Beside `contains` (which
+        evaluates the items it matches) or branches, refused (dropped with a note under
+        `allow_approximate`)."""
+        keys = [k for k in UNEVALUATED if k in s]
+        flat = self.flatten({k: v for k, v in s.items() if k not in UNEVALUATED}, path, base)
+        if flat is False:
+            return False
+        flat = {} if flat is True else dict(flat)
+        if any(k in flat for k in UNEVALUATED):         # a referenced schema's own: applied in its scope first
+            flat = self._unevaluated(flat, path, base)
+            if not isinstance(flat, dict):
+                return flat
+        for key in keys:
+            value = s[key]
+            if value is True:
+                continue
+            why = None
+            if "anyOf" in flat or "oneOf" in flat:
+                why = "beside anyOf/oneOf/if/dependentSchemas: what is evaluated depends on which branches hold"
+            elif key == "unevaluatedItems" and "contains" in flat:
+                why = "beside contains, which evaluates the items it matches"
+            if why is not None:
+                if not self.approximate:
+                    raise UnsupportedSchemaError(key, path, why)
+                self.notes.append(SchemaNote(key, path, "approximated", why))
+                continue
+            evaluates_rest = "additionalProperties" if key == "unevaluatedProperties" else "items"
+            if evaluates_rest not in flat:
+                flat[evaluates_rest] = value
+        return flat
 
     def _not_in_draft(self, s: dict, path: str) -> None:
         """Report the keywords of a later draft that `normalize` drops, as this draft's validators ignore them."""

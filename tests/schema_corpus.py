@@ -329,6 +329,20 @@ CORPUS: list[dict] = [
         {"type": "object", "properties": {"a": {"oneOf": [{"type": "string"}, {"enum": ["a", 1]}]}}}]},
          [{"a": "a"}, {"a": 2}, {"a": None, "b": 1}, {}, {"b": 1}],
          [{"a": "x"}, {"a": 1}, {"a": ""}, 3]),
+    # unevaluated*: what is evaluated is known statically (merged allOf/$ref, no branches)
+    case("unevaluated_properties_through_refs", {
+        "$defs": {"base": {"properties": {"a": {"type": "integer"}}}},
+        "allOf": [{"$ref": "#/$defs/base"}], "properties": {"b": {"type": "string"}},
+        "patternProperties": {"^x-": {"type": "string"}}, "unevaluatedProperties": False},
+         [{}, {"a": 1}, {"b": "x"}, {"a": 1, "b": "x"}, {"x-y": "z", "a": 2}, 3],
+         [{"c": 1}, {"a": "s"}, {"x-y": 1}, {"a": 1, "c": None}],
+         options={"any_order": True}),               # (the merged members' order is not what is tested)
+    case("unevaluated_items_after_prefix", {
+        "allOf": [{"prefixItems": [{"type": "integer"}]}], "unevaluatedItems": {"type": "string"}},
+         [[], [1], [1, "a", "b"], "s"], [["a"], [1, 2], [1, "a", 3]]),
+    case("unevaluated_beside_additional", {"properties": {"a": True}, "additionalProperties": {"type": "integer"},
+                                            "unevaluatedProperties": False},
+         [{"a": "s", "b": 1}, {}], [{"b": "s"}]),
     # bounds negated: a value of their type past them
     case("oneOf_integer_ranges", {"oneOf": [{"type": "integer", "minimum": 0}, {"type": "integer", "maximum": 10}]},
          [-5, 11, 100], [0, 5, 10, 1.5, "x"]),

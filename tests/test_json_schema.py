@@ -393,7 +393,12 @@ UNSUPPORTED = [
     ({"allOf": [{"contains": {"const": 1}}, {"contains": {"const": 2}}]}, "contains", "$.allOf[1]"),
     ({"if": {"format": "date"}, "then": {"maxLength": 5}}, "if", "$"),   # a format has no negation here
     ({"type": "object", "dependentRequired": {f"p{i}": [f"q{i}"] for i in range(7)}}, "dependentRequired", "$"),
-    ({"unevaluatedProperties": False}, "unevaluatedProperties", "$"),
+    ({"anyOf": [{"properties": {"a": True}}], "unevaluatedProperties": False}, "unevaluatedProperties", "$"),
+    ({"if": {"required": ["a"]}, "then": {"properties": {"b": True}}, "unevaluatedProperties": False},
+     "unevaluatedProperties", "$"),                     # what is evaluated depends on the branch that holds
+    ({"contains": {"type": "integer"}, "unevaluatedItems": False}, "unevaluatedItems", "$"),
+    ({"allOf": [{"properties": {"a": True}, "unevaluatedProperties": False}], "properties": {"b": True}},
+     "unevaluatedProperties", "$.allOf[0]"),            # merged, its scope would change
     ({"$ref": "https://example.com/schema.json"}, "$ref", "$"),
     ({"oneOf": [{"type": "integer"}, {"minimum": 3}]}, "oneOf", "$"),   # a bound has no negation here
     ({"oneOf": [{"type": "number"}, {"type": "integer"}]}, "oneOf", "$"),   # numbers that are not integers
