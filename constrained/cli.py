@@ -168,6 +168,8 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=None,
                    help="random seed (default: none, a fresh one per run)")
     g.add_argument("--strict", action="store_true", help="schemas: missing additionalProperties means false")
+    g.add_argument("--any-order", action="store_true",
+                   help="schemas: accept object members in any order (default: the order `properties` declares)")
     g.add_argument("--whitespace", choices=["default", "compact"], default="default",
                    help="schemas: whitespace allowed between JSON tokens (always bounded)")
     g.add_argument("--json", action="store_true",
@@ -326,7 +328,7 @@ def _constraint(schema: Any, regex: Any, args: argparse.Namespace, where: str | 
     where = where or "--schema"
     if isinstance(schema, str):
         schema = _load_schema_arg(schema, where)
-    options = {"strict": args.strict, "whitespace": args.whitespace}
+    options = {"strict": args.strict, "whitespace": args.whitespace, **({"any_order": True} if args.any_order else {})}
     from grammars.json_schema import json_schema_grammar
 
     try:

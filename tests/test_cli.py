@@ -49,6 +49,19 @@ def test_default_tiny_model_prints_valid_samples_and_a_summary(capsys: pytest.Ca
         for r in records)
 
 
+def test_any_order_lets_members_come_in_any_order(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ("--schema", json.dumps(PERSON), "--prompt", "A person:", "-n", "8", "--seed", "0",
+            "--whitespace", "compact", "--max-tokens", "64")
+    _, declared, _ = _run(capsys, *argv)
+    code, lines, _ = _run(capsys, *argv, "--any-order")
+    assert code == 0 and len(lines) == 8
+    for line in lines:
+        jsonschema.validate(json.loads(line), PERSON)
+    firsts = {next(iter(json.loads(line))) for line in lines}
+    assert firsts == {"name", "age"}                    # the random model opens with either member
+    assert {next(iter(json.loads(line))) for line in declared} == {"name"}
+
+
 def test_regex_and_schema_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, lines, _ = _run(capsys, "--regex", "[0-9]{3}-[0-9]{4}", "--prompt", "Phone:", "-n", "2", "--seed", "1")
     assert code == 0 and len(lines) == 2 and all(re.fullmatch("[0-9]{3}-[0-9]{4}", s) for s in lines)
