@@ -346,16 +346,6 @@ def _targets(N, S, W, flat, group_ptr, n_groups, results):  # pragma: no cover -
                     if count >= lo:
                         todo[n_todo] = stk_parent[k] * n + ret
                         n_todo += 1
-                elif op == INC:
-                    count += 1
-                    if hi < 0 and count > lo:
-                        count = lo
-                    sid = _push(stk_ret, stk_parent, stk_depth, stk_keys, stk_vals, counts, stk_parent[k],
-                                -2 - count, ENTER)
-                    if sid < 0:
-                        return -sid
-                    todo[n_todo] = sid * n + start
-                    n_todo += 1
                 elif op == CHECK:                  # `AnyOrder` frames: `count` is the set taken
                     if (lo >= 0 and (count >> lo) & 1 == 0) or count & hi == hi:
                         todo[n_todo] = base + start
@@ -368,18 +358,22 @@ def _targets(N, S, W, flat, group_ptr, n_groups, results):  # pragma: no cover -
                     if count & hi == 0 and (lo < 0 or count >> COUNT_SHIFT < lo):
                         todo[n_todo] = base + start
                         n_todo += 1
-                else:                              # PICK, COUNT: the set changes
-                    bits = -1
-                    if op == PICK:
+                else:                              # INC, PICK, COUNT: the top frame's value changes
+                    value = -1
+                    if op == INC:
+                        value = count + 1
+                        if hi < 0 and value > lo:
+                            value = lo
+                    elif op == PICK:
                         if count & hi == 0:
-                            bits = count | (1 << lo)
+                            value = count | (1 << lo)
                     else:
                         c = count >> COUNT_SHIFT
                         if hi < 0 or c < hi:
-                            bits = (count & _LOW_BITS) | (min(c + 1, lo) << COUNT_SHIFT)
-                    if bits >= 0:
+                            value = (count & _LOW_BITS) | (min(c + 1, lo) << COUNT_SHIFT)
+                    if value >= 0:
                         sid = _push(stk_ret, stk_parent, stk_depth, stk_keys, stk_vals, counts, stk_parent[k],
-                                    -2 - bits, ENTER)
+                                    -2 - value, ENTER)
                         if sid < 0:
                             return -sid
                         todo[n_todo] = sid * n + start
