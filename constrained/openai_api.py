@@ -11,7 +11,8 @@ sampling settings of a `GenerationRequest`:
 
 - ``response_format`` ``{"type": "json_schema", "json_schema": {"schema": ...,
   "strict": ...}}``: the schema (``strict: true`` compiles with
-  ``strict=True``: a missing ``additionalProperties`` means false);
+  ``strict=True``: a missing ``additionalProperties`` means false; our
+  extension ``"any_order": true`` lets object members come in any order);
   ``{"type": "json_object"}``: any JSON object; ``{"type": "regex", "regex":
   "..."}`` (our extension): a Python-syntax regular expression the whole
   output matches;
@@ -87,6 +88,7 @@ class JSONSchemaFormat(_Shape):
     description: str | None = None
     schema_: dict[str, Any] | bool | None = Field(default=None, alias="schema")
     strict: bool | None = None
+    any_order: bool | None = None          # our extension: object members in any order
 
 
 class ResponseFormat(_Shape):
@@ -200,7 +202,7 @@ def constraint_of(req: _Sampling) -> tuple[dict[str, Any], str | None]:
     if spec is None or spec.schema_ is None:
         raise APIError(400, "response_format of type \"json_schema\" needs `json_schema.schema`",
                        param="response_format.json_schema")
-    options = {"strict": True} if spec.strict else {}
+    options = {**({"strict": True} if spec.strict else {}), **({"any_order": True} if spec.any_order else {})}
     return {"schema": spec.schema_, "options": options}, "response_format.json_schema.schema"
 
 

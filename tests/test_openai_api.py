@@ -33,6 +33,9 @@ def chat(**fields: Any) -> ChatCompletionRequest:
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "object"},
                                                                  "strict": True}}},
      {"schema": {"type": "object"}, "options": {"strict": True}}, "response_format.json_schema.schema"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "object"},
+                                                                 "any_order": True}}},
+     {"schema": {"type": "object"}, "options": {"any_order": True}}, "response_format.json_schema.schema"),
     ({"tools": [F], "tool_choice": "none"}, {}, None),
 ])
 def test_constraint_of(fields: dict[str, Any], constraint: dict[str, Any], param: str | None) -> None:

@@ -140,6 +140,17 @@ def test_json_schema(client: Any) -> None:
     assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
 
 
+def test_json_schema_members_in_any_order(client: Any) -> None:
+    fmt = _schema_format(PERSON)
+    fmt["json_schema"]["any_order"] = True            # our extension
+    r = client.chat.completions.create(model=MODEL, messages=_messages("A person"), seed=5, max_tokens=60, n=8,
+                                       response_format=fmt)
+    values = [json.loads(c.message.content) for c in r.choices]
+    for v in values:
+        jsonschema.validate(v, PERSON)
+    assert {next(iter(v)) for v in values} == {"name", "age"}   # the random model opens with either member
+
+
 def test_json_object(client: Any) -> None:
     r = client.chat.completions.create(model=MODEL, messages=_messages(), seed=2, max_tokens=80,
                                        response_format={"type": "json_object"})
