@@ -440,7 +440,7 @@ class Compiler:
             flat = self.flatten(s, path, base)
             if isinstance(flat, dict) and any(k not in KNOWN_KEYWORDS or k == "format" for k in flat):
                 flat = {k: v for k, v in flat.items()
-                        if k in KNOWN_KEYWORDS and not (k == "format" and v not in FORMATS)}
+                        if k in KNOWN_KEYWORDS and not (k == "format" and isinstance(v, str) and v not in FORMATS)}
             return flat
 
         return resolve

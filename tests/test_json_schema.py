@@ -625,3 +625,10 @@ def test_invalid_schemas_name_path_and_value(schema, path, value):
     with pytest.raises(InvalidSchemaError) as err:
         json_schema_grammar(schema)
     assert err.value.path == path and value in str(err.value)
+
+
+def test_a_malformed_format_inside_a_negated_branch_is_a_schema_error_not_a_crash():
+    schema = {"type": "object", "oneOf": [{"required": ["a"]}, {"properties": {"a": {"format": [1]}}, "required": ["b"]}]}
+    with pytest.raises(UnsupportedSchemaError) as err:    # (was TypeError: unhashable type: 'list')
+        json_schema_grammar(schema)
+    assert err.value.keyword == "oneOf" and err.value.path == "$"
