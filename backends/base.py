@@ -31,16 +31,20 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import weakref
 from collections import Counter
 from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from backends.planning import Job, PrefixPlanning, Prompt
 from constrained.token_trie import TokenTrie
+
+if TYPE_CHECKING:
+    from constrained.sampling import Pick
 
 __all__ = ["AsyncLM", "Job", "load_model_by_name"]
 
@@ -95,6 +99,9 @@ class AsyncLM(PrefixPlanning):
         # set by `_setup` where `_live_join` / `_live_feed` work: the decode loop then keeps rows' KV alive
         # between steps instead of sending whole sequences through the trie (False: the per-step trie path)
         self.live_decoding = False
+        # on a live batch, draw tokens on the model's device (`constrained.device_sampling`: only ids come
+        # back) instead of on the host from the logits; set by `_setup` where the device is not the CPU
+        self.device_sampling = False
         self.model: Any = None
         self._tokenizer: Any = None
         self._vocab_size = 0
@@ -335,9 +342,34 @@ class AsyncLM(PrefixPlanning):
         and the new rows' next-token logprobs."""
         raise NotImplementedError
 
-    def _live_feed(self, live: Any, feeds: list[Prompt]) -> Sequence[np.ndarray]:
-        """Append ``feeds[i]`` (one or more tokens) to row ``i`` of `live`; return each row's next-token logprobs."""
+    def _live_feed(self, live: Any, feeds: list[Prompt]) -> Any:
+        """Append ``feeds[i]`` (one or more tokens) to row ``i`` of `live`; return each row's next-token
+        logits (or logprobs), rows × vocabulary, in the backend's own array type."""
         raise NotImplementedError
+
+    def _host_logits(self, part: Any) -> np.ndarray:
+        """A 2-D numpy view (or copy) of logits `_live_feed` or `_live_join` returned."""
+        return np.asarray(part)
+
+    def _live_draw(self, parts: list[Any], rows: Sequence[int], picks: Sequence[Pick]) -> list[int]:
+        """Draw the token of row ``rows[k]`` of the stacked `parts` (what `_live_feed` and `_live_join`
+        returned) by ``picks[k]``: on the host here (`Pick.draw`), on the device where a backend overrides
+        this for `device_sampling`. Rows with one allowed id never look at the logits."""
+        host: list[np.ndarray | None] = [None] * len(parts)
+        out = []
+        for r, pick in zip(rows, picks):
+            forced = pick.forced
+            if forced is not None:
+                out.append(forced)
+                continue
+            k = 0
+            while r >= len(parts[k]):       # (one or two parts: the fed rows, the joined ones)
+                r -= len(parts[k])
+                k += 1
+            if host[k] is None:
+                host[k] = self._host_logits(parts[k])
+            out.append(pick.draw(host[k][r]))  # type: ignore[index]
+        return out
 
     def _live_slice(self, live: Any, row: int, start: int, end: int) -> Any:
         """Row `row`'s KV for positions ``[start, end)`` as a trie segment (fresh copies)."""
@@ -362,32 +394,42 @@ class AsyncLM(PrefixPlanning):
 
     def _live_advance(
         self, live: Any, keep: list[int] | None, feeds: list[Prompt], joins: list[Prompt],
-        store: list[tuple[int, Prompt]] = (),  # type: ignore[assignment]
-    ) -> tuple[Any, list[np.ndarray]]:
+        store: list[tuple[int, Prompt]], picks: list[Pick],
+    ) -> tuple[Any, list[int], list[Any]]:
         """Worker thread: one decode step of a live batch.
 
         Rows in `store` (leaving ones) put their KV in the trie first. Rows
         not in `keep` (None: all) leave, the kept rows take their `feeds`,
-        then `joins` enter at the end. Returns the new state and the
-        logprobs of the kept rows, then of the joined ones. On an exception
-        the state may be half-updated: the caller must drop it.
+        then `joins` enter at the end. Each row of the result (the kept rows,
+        then the joined ones) then draws its next token by its entry of
+        `picks`. Returns the new state, the drawn ids and the step's logits
+        (for `live_redraw`). On an exception the state may be half-updated:
+        the caller must drop it.
         """
         if live is not None and store:
             self._live_store(live, list(store))
         if live is not None and keep is not None:
             live = self._live_keep(live, keep) if keep else None
-        lps = list(self._live_feed(live, feeds)) if feeds else []
+        parts = [self._live_feed(live, feeds)] if feeds else []
         if joins:
             live, new = self._live_join(live, joins)
-            lps += list(new)
-        return live, lps
+            parts.append(new)
+        t0 = time.perf_counter_ns()
+        ids = self._live_draw(parts, range(len(picks)), picks)
+        self.stats["live_draw_ns"] += time.perf_counter_ns() - t0   # (with what a lazy framework left to run)
+        return live, ids, parts
 
     async def live_advance(
         self, live: Any, keep: list[int] | None, feeds: list[Prompt], joins: list[Prompt],
-        store: list[tuple[int, Prompt]] = (),  # type: ignore[assignment]
-    ) -> tuple[Any, list[np.ndarray]]:
+        store: list[tuple[int, Prompt]], picks: list[Pick],
+    ) -> tuple[Any, list[int], list[Any]]:
         """`_live_advance` on the worker thread."""
-        return await asyncio.wrap_future(self._submit(self._live_advance, live, keep, feeds, joins, store))
+        return await asyncio.wrap_future(self._submit(self._live_advance, live, keep, feeds, joins, store, picks))
+
+    async def live_redraw(self, parts: list[Any], rows: list[int], picks: list[Pick]) -> list[int]:
+        """Draw again, on the worker thread, from a step's logits (`live_advance`'s third result): row
+        ``rows[k]`` by ``picks[k]`` (a row whose first token the budget refused)."""
+        return await asyncio.wrap_future(self._submit(self._live_draw, parts, rows, picks))
 
     def live_close(self, live: Any, store: Sequence[tuple[int, Prompt]] = ()) -> None:
         """Without waiting: store the KV of the `store` rows in the trie, then drop the live state, both

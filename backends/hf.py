@@ -49,6 +49,7 @@ import numpy as np
 
 from backends.base import Job, Prompt
 from backends.model import ModelLM
+from constrained.device_sampling import torch_draw
 from constrained.errors import BackendUnavailableError
 from constrained.token_trie import KVSegment
 
@@ -272,10 +273,14 @@ class HFLM(ModelLM):
 
     def _step(self, live: _Live, tokens: list[int]) -> np.ndarray:
         """One token per row at the mask's last column (already added for the prefill's last token)."""
+        return torch.log_softmax(self._step_logits(live, tokens).float(), dim=-1).numpy()
+
+    def _step_logits(self, live: _Live, tokens: list[int]) -> torch.Tensor:
+        """`_step`'s raw next-token logits (rows × vocabulary), left on the model's device."""
         ids = torch.tensor(tokens, dtype=torch.long).unsqueeze(1)
         out = self.model(input_ids=ids, attention_mask=live.mask, position_ids=live.pos.unsqueeze(1), past_key_values=live.cache, use_cache=True)
         live.pos = live.pos + 1
-        return torch.log_softmax(out.logits[:, -1, :].float(), dim=-1).numpy()
+        return out.logits[:, -1, :]
 
     def _new_cache(self, capacity: int) -> Any:
         """A `DynamicCache` whose full-attention layers append into buffers of `capacity` columns."""
@@ -344,10 +349,10 @@ class HFLM(ModelLM):
         return live, logprobs
 
     @torch.inference_mode()
-    def _live_step(self, live: _Live, tokens: list[int]) -> np.ndarray:
+    def _live_step(self, live: _Live, tokens: list[int]) -> torch.Tensor:
         self._count_step(len(tokens))
         live.mask = torch.cat([live.mask, live.mask.new_ones((live.mask.shape[0], 1))], dim=1)
-        return self._step(live, tokens)
+        return self._step_logits(live, tokens)
 
     def _live_keep(self, live: _Live, rows: list[int]) -> _Live:
         idx = torch.tensor(rows, dtype=torch.long)
@@ -371,7 +376,7 @@ class HFLM(ModelLM):
                        [layer.values[row][:, cols] for layer in live.cache.layers])
 
     @torch.inference_mode()
-    def _live_feed(self, live: _Live, feeds: list[Prompt]) -> np.ndarray:
+    def _live_feed(self, live: _Live, feeds: list[Prompt]) -> torch.Tensor:
         """Feed each row its new tokens in ONE call: a block of the longest feed's width, each row's tokens
         at its right end (so every row's last token shares the last column), the columns before them
         masked out like left padding, and `position_ids` that continue each row's own positions."""
@@ -393,7 +398,26 @@ class HFLM(ModelLM):
         self.stats["model_tokens"] += int(lens.sum())
         self.stats["padded_tokens"] += B * L
         self.stats["forward_calls"] += 1
-        return torch.log_softmax(out.logits[:, -1, :].float(), dim=-1).numpy()
+        return out.logits[:, -1, :]
+
+    def _host_logits(self, part: Any) -> np.ndarray:
+        """Logits as numpy: a view of a float32 CPU tensor (no copy), else a float32 copy on the host."""
+        if isinstance(part, torch.Tensor):
+            if part.device.type != "cpu" or part.dtype != torch.float32:
+                part = part.to("cpu", torch.float32)
+            return part.numpy()
+        return np.asarray(part)
+
+    def _live_draw(self, parts: list[Any], rows: Any, picks: Any) -> list[int]:
+        """On the model's device when `device_sampling` is set (`constrained.device_sampling`): the joined
+        rows' logprobs (from the trie, on the host) are copied there, and only the ids come back."""
+        if not self.device_sampling:
+            return super()._live_draw(parts, rows, picks)
+        with torch.inference_mode():
+            device = self.model.device
+            logits = torch.cat([p if isinstance(p, torch.Tensor) else torch.from_numpy(np.asarray(p)).to(device)
+                                for p in parts])
+            return torch_draw(logits[list(rows)], picks)
 
     @torch.inference_mode()
     def _live_join(self, live: _Live | None, prompts: list[Prompt]) -> tuple[_Live, np.ndarray]:

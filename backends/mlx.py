@@ -38,6 +38,7 @@ import numpy as np
 
 from backends.base import Job, Prompt
 from backends.model import ModelLM
+from constrained.device_sampling import mlx_draw
 from constrained.errors import BackendUnavailableError
 
 try:
@@ -110,6 +111,9 @@ class MLXLM(ModelLM):
             self.prefix_caching = False
         self.splits_kv = plain
         self.live_decoding = plain  # live batches are mlx-lm `BatchKVCache`s, extended and filtered
+        # on a GPU (Apple silicon) the draw joins the step's lazy graph and only ids come back; on the
+        # CPU the host draw touches only the allowed logits (`constrained.device_sampling`)
+        self.device_sampling = mx.default_device().type != mx.cpu
         vocab_size = int(model(mx.array([[0]])).shape[-1])  # output width, may exceed len(tokenizer)
         return vocab_size, sorted(int(t) for t in eos), hf_tokenizer
 
@@ -194,16 +198,32 @@ class MLXLM(ModelLM):
         self.stats["forward_calls"] += 1
         return batch.prompt_cache, np.array(first, dtype=np.float32)
 
-    def _live_step(self, live: Any, tokens: list[int]) -> np.ndarray:
+    def _live_step(self, live: Any, tokens: list[int]) -> mx.array:
+        """Every row's next-token logits, not yet evaluated (the draw evaluates them)."""
         self._count_step(len(tokens))
-        return np.array(self._step(mx.array([[t] for t in tokens]), live), dtype=np.float32)
+        return self.model(mx.array([[t] for t in tokens]), cache=live)[:, -1, :].astype(mx.float32)
+
+    def _host_logits(self, part: Any) -> np.ndarray:
+        return np.array(part, dtype=np.float32)
+
+    def _live_draw(self, parts: list[Any], rows: Any, picks: Any) -> list[int]:
+        """In `mx` ops when `device_sampling` is set (`constrained.device_sampling`), evaluated with the
+        step's forward pass; the joined rows' logprobs (from the trie, on the host) join as arrays."""
+        lazy = [p for p in parts if isinstance(p, mx.array)]
+        if not self.device_sampling:
+            mx.eval(lazy)  # the step's cache too, when every row is forced and no logits are read
+            return super()._live_draw(parts, rows, picks)
+        logits = mx.concatenate([p if isinstance(p, mx.array) else mx.array(np.asarray(p)) for p in parts])
+        ids = mlx_draw(logits[mx.array(list(rows))], picks)
+        mx.eval(lazy)  # (already done unless every row was forced)
+        return ids
 
     def _live_keep(self, live: Any, rows: list[int]) -> Any:
         for c in live:
             c.filter(mx.array(rows, dtype=mx.int32))
         return live
 
-    def _live_feed(self, live: Any, feeds: list[Prompt]) -> np.ndarray:
+    def _live_feed(self, live: Any, feeds: list[Prompt]) -> mx.array:
         """Feed each row its new tokens: all but the last right-padded and rolled into place (as mlx-lm
         prefills a batch), then every row's last token in one step."""
         heads = [list(f[:-1]) for f in feeds]

@@ -102,6 +102,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="HF: time only our own loop (generate:*, live KV and /trie), not transformers' generate")
     d.add_argument("--rejoin", action="store_true",
                    help="HF: also time our loop with forced runs re-entering through the trie (generate:ours/rejoin)")
+    d.add_argument("--device-draw", action="store_true",
+                   help="HF: also time our loop drawing tokens with torch ops on the model's device, as on a GPU "
+                        "(generate:*/device; on the CPU the host draws by default)")
     d.add_argument("--no-peers", dest="peers", action="store_false",
                    help="skip llguidance/xgrammar/outlines-core (run by default when installed)")
     d.add_argument("--jsonl")

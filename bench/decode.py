@@ -291,6 +291,8 @@ def _run_hf_part(args: Any, emit: Callable[[dict], None], say: Callable[[str], N
     kinds = [] if getattr(args, "loop_only", False) else ["unconstrained", "ours"] + list(ctx["peers"])
     if ctx["lm"] is not None:   # our loop on its live KV batch, and (/trie) on the per-step trie path
         kinds += ["generate:unconstrained", "generate:ours", "generate:unconstrained/trie", "generate:ours/trie"]
+        if getattr(args, "device_draw", False):   # the live loop drawing with torch ops (as on a GPU)
+            kinds += ["generate:unconstrained/device", "generate:ours/device"]
         if getattr(args, "rejoin", False):   # forced runs re-entering through the trie instead of fed live
             kinds += ["generate:ours/rejoin"]
     rows_out = []
@@ -316,6 +318,7 @@ def _run_hf_part(args: Any, emit: Callable[[dict], None], say: Callable[[str], N
 def _row(kind: str, bs: int, results: dict[str, dict], model_dir: str, vocab: Any, device: str = "cpu") -> dict:
     r = results[kind]
     base = results["generate:unconstrained/trie" if kind.endswith("/trie") else
+                   "generate:unconstrained/device" if kind.endswith("/device") else
                    "generate:unconstrained" if kind.startswith("generate:") else "unconstrained"]
     return {"suite": "decode", "backend": "hf", "device": device, "batch": bs, "mode": kind, "model": model_dir,
             "tokens": r["tokens"], "best_s": round(r["best"], 4), "first_s": round(r["first"], 4),
@@ -343,18 +346,25 @@ def _measure(model: Any, prompts: list[list[int]], eos: set[int], args: Any, kin
         for kind in kinds:
             t0, c0 = time.perf_counter(), time.process_time()
             if kind.startswith("generate:"):
-                ctx["lm"].live_decoding = not kind.endswith("/trie")
+                lm = ctx["lm"]
+                lm.live_decoding = not kind.endswith("/trie")
+                lm.device_sampling = kind.endswith("/device")
                 from constrained import live
 
                 live.MAX_FEED = 1 if kind.endswith("/rejoin") else None
-                rows = _run_generate(ctx["lm"], prompts, args.max_tokens, kind.startswith("generate:ours"))
+                before = {k: lm.stats[k] for k in ("decode_host_ns", "live_draw_ns", "decode_steps")}
+                rows = _run_generate(lm, prompts, args.max_tokens, kind.startswith("generate:ours"))
+                spent = {k: lm.stats[k] - v for k, v in before.items()}
+                if spent["decode_steps"]:   # our live loop's host work and draw per step (its processor)
+                    us = (spent["decode_host_ns"] + spent["live_draw_ns"]) / spent["decode_steps"] / 1e3
+                    out[kind].setdefault("step_us", []).append(us)
             else:
                 # (unconstrained: a processor that returns the scores as they are, to count the steps)
                 proc = _Timed(_identity if kind == "unconstrained" else _hf_proc(kind, ctx, len(prompts)))
                 rows = _run_hf(model, prompts, eos, args.max_tokens, proc)
             dt = time.perf_counter() - t0
             r = out[kind]
-            if kind not in ("unconstrained",) and not kind.startswith("generate:"):
+            if kind != "unconstrained" and not kind.startswith("generate:"):
                 r.setdefault("step_us", []).append(proc.ns / max(proc.calls, 1) / 1e3)
             r["cpu"] = min(r["cpu"], time.process_time() - c0)   # CPU seconds of this process: less hit by neighbours
             r["first"] = dt if r["first"] is None else r["first"]

@@ -49,6 +49,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -56,7 +57,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from constrained.live import LiveBatch
-from constrained.sampling import sample_masked
+from constrained.sampling import Pick
 
 if TYPE_CHECKING:
     from backends.base import AsyncLM
@@ -106,30 +107,56 @@ class Row:
         """Before the first model call: take the forced prefix, finish if nothing can follow."""
         self._after_token()
 
-    def step(self, logprobs: np.ndarray) -> None:
-        """Sample the next token from `logprobs`, then append any forced tokens."""
-        allowed = None if self.guide is None else self.guide.allowed_token_ids()
-        budget, left = self.budget, self.max_tokens - len(self.tokens)
-        steer = None if budget is None else budget.steer(self.guide.state, left)
-        try:
-            tok = sample_masked(logprobs, allowed if steer is None else steer, self.temperature, self.top_p, self.rng)
-            if steer is None and budget is not None and tok not in self.eos and not budget.fits(self.guide.state, tok, left):
-                # the token would leave too few tokens to complete: draw again among those that do not
-                steer = budget.steer(self.guide.state, left, force=True)
-                if steer is not None:
-                    tok = sample_masked(logprobs, steer, self.temperature, self.top_p, self.rng)
-        except ValueError as e:
-            self.fail(str(e))
+    def plan(self) -> Pick | None:
+        """How the next token is drawn (its mask, settings and uniform draw), fixed before the model call;
+        None when no token is allowed (the constraint reached a dead end: the row has failed)."""
+        guide, budget = self.guide, self.budget
+        steer = None if budget is None else budget.steer(guide.state, self.max_tokens - len(self.tokens))
+        if steer is not None:
+            ids, fsm = steer, None
+        elif guide is not None:
+            ids, fsm = guide.allowed_token_ids(), guide.fsm
+        else:
+            ids, fsm = None, None
+        return self._pick(ids, fsm, steered=steer is not None)
+
+    def _pick(self, ids: np.ndarray | None, fsm: Any, steered: bool) -> Pick | None:
+        if ids is not None and len(ids) == 0:
+            self.fail("no token is allowed here: the constraint reached a dead end")
+            return None
+        u = self.rng.random() if Pick.needs_u(ids, self.temperature) else 0.0
+        state = -1 if self.guide is None else self.guide.state
+        return Pick(ids, fsm, state, self.temperature, self.top_p, u, steered)
+
+    def step(self, logprobs: np.ndarray, pick: Pick | None = None) -> None:
+        """Draw the next token from `logprobs` (one row, on the host) by `pick` (default: `plan()`),
+        then append it and any forced tokens."""
+        pick = self.plan() if pick is None else pick
+        if pick is None:
             return
-        self.steered += steer is not None
+        again = self.take(pick.draw(logprobs), pick)
+        if again is not None:
+            self.take(again.draw(logprobs), again)
+
+    def take(self, tok: int, pick: Pick) -> Pick | None:
+        """Append `tok`, drawn by `pick`, then any forced tokens. Returns the pick to draw again by,
+        from the same logits, when the budget refuses `tok` (it would leave too few tokens to complete);
+        the token is then not taken."""
+        budget, left = self.budget, self.max_tokens - len(self.tokens)
+        if not pick.steered and budget is not None and tok not in self.eos and not budget.fits(self.guide.state, tok, left):
+            steer = budget.steer(self.guide.state, left, force=True)
+            if steer is not None:
+                return self._pick(steer, None, steered=True)
+        self.steered += pick.steered
         if tok in self.eos:
             self.status = "complete"
-            return
+            return None
         if self.guide is not None and not self.guide.advance(tok):  # cannot happen: tok was allowed
             self.fail(f"internal error: sampled token {tok} was rejected by the guide")
-            return
+            return None
         self.tokens.append(tok)
         self._after_token()
+        return None
 
     def _after_token(self) -> None:
         guide = self.guide
@@ -256,15 +283,16 @@ class DecodeLoop:
                 self._joining = []
                 if not self._active:
                     break
-                batch = self._active
                 if self._kv is not None:
-                    results = await self._kv.logprobs(batch)
+                    await self._live_step(self._active)
                 else:
+                    batch = self._active
                     results = await _logprobs(self.lm, [row.sequence() for row in batch])
-                self.steps += 1
-                for row, lp in zip(batch, results):
-                    if row.status is None:          # not cancelled while the step ran
-                        self._advance(row, lp)
+                    self.steps += 1
+                    for row, lp in zip(batch, results):
+                        if row.status is None:          # not cancelled while the step ran
+                            self._advance(row, lp)
+                for row in self._active:
                     self._live(row)
         finally:                                    # also when the task itself is cancelled
             for row in self._active + self._joining:
@@ -282,15 +310,59 @@ class DecodeLoop:
                 self._kv.close()
                 self._kv = None
 
-    def _advance(self, row: Row, lp: Any) -> None:
+    def _advance(self, row: Row, lp: Any, pick: Pick | None = None) -> None:
         before = len(row.tokens)
         if isinstance(lp, BaseException):
             row.fail(f"backend error: {type(lp).__name__}: {lp}")
         else:
-            _guarded(row, row.step, lp)
+            _guarded(row, row.step, lp, pick)
+        self._streamed(row, before)
+
+    def _streamed(self, row: Row, before: int) -> None:
         on_token = self._groups[row].on_token
         if on_token is not None and len(row.tokens) > before:
             _guarded(row, on_token, row)
+
+    async def _live_step(self, batch: list[Row]) -> None:
+        """One step on the live batch: every row's token drawn in the backend by the pick it made before."""
+        t0 = time.perf_counter_ns()
+        picks: dict[Row, Pick | None] = {}
+        for row in batch:
+            _guarded(row, lambda row=row: picks.__setitem__(row, row.plan()))
+        batch = [row for row in batch if row.status is None]
+        if not batch:
+            return
+        t1 = time.perf_counter_ns()
+        results = await self._kv.draw(batch, [picks[row] for row in batch])  # type: ignore[union-attr]
+        self.steps += 1
+        t2 = time.perf_counter_ns()
+        before = {row: len(row.tokens) for row in batch}
+        again: list[tuple[Row, Pick]] = []
+        for row, res in zip(batch, results):
+            if row.status is not None:              # cancelled while the step ran
+                continue
+            if isinstance(res, (BaseException, np.ndarray)):  # a failed live step: the per-step path's answer
+                self._advance(row, res, picks[row])
+                continue
+            redo = None
+            try:
+                redo = row.take(res, picks[row])
+            except Exception as e:  # noqa: BLE001 - one row's failure must not end the others
+                row.fail(f"{type(e).__name__}: {e}")
+            if redo is not None:
+                again.append((row, redo))
+        if again:
+            for (row, redo), res in zip(again, await self._kv.redraw(again)):  # type: ignore[union-attr]
+                if isinstance(res, BaseException):
+                    row.fail(f"backend error: {type(res).__name__}: {res}")
+                elif row.status is None:
+                    _guarded(row, row.take, res, redo)
+        # the loop's own host work per step (planning draws, taking tokens: guides, budgets), for benchmarks
+        self.lm.stats["decode_host_ns"] += t1 - t0 + time.perf_counter_ns() - t2
+        self.lm.stats["decode_steps"] += 1
+        for row in batch:
+            if row in self._groups:
+                self._streamed(row, before[row])
 
     def _live(self, row: Row) -> bool:
         """True while `row` runs; once it has finished, report it to its group (once) and drop it."""

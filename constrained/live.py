@@ -14,6 +14,13 @@ loop stops, hand the KV they hold back to the trie (`_live_store`), so a
 prompt that extends one (a server's next turn, a row rejoining) runs only
 its new tokens.
 
+Each step also draws the rows' next tokens in the backend: every row's
+`Pick` (mask, settings, uniform draw, fixed before the call) goes with the
+step, and only the ids come back (`AsyncLM._live_draw`: on the model's
+device where the backend samples there, `constrained.device_sampling`). A
+row whose token the budget refuses draws again from the same step's logits
+(`redraw`), which the batch keeps until the next step.
+
 A failed step (the backend raised) drops the live state: that step's
 logprobs come from the per-step trie path, retried row by row so that only
 the failing rows get the error, and the other rows rejoin at the next step,
@@ -21,7 +28,7 @@ from the KV that retry stored in the trie.
 
 Example:
     >>> live = LiveBatch(lm)  # doctest: +SKIP
-    >>> logprobs = await live.logprobs(rows)  # doctest: +SKIP
+    >>> tokens = await live.draw(rows, [row.plan() for row in rows])  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from backends.base import AsyncLM
     from constrained.decoding import Row
+    from constrained.sampling import Pick
 
 __all__ = ["LiveBatch", "MAX_FEED"]
 
@@ -56,10 +64,13 @@ class LiveBatch:
         self.fed: dict[Row, int] = {}   # tokens of each row that `state` holds (prompt included)
         self.joined = 0                 # rows that entered (or re-entered) the batch
         self.fallbacks = 0              # steps that fell back to the trie path
+        self.last: list[Any] = []       # the last step's logits, in the backend (for `redraw`)
 
-    async def logprobs(self, batch: Sequence[Row]) -> list[Any]:
-        """Next-token logprobs (or the exception) for every row of `batch`, in order."""
-        wanted = set(batch)
+    async def draw(self, batch: Sequence[Row], picks: Sequence[Pick]) -> list[Any]:
+        """Every row's next token, drawn by its pick in the backend (on the model's device where it
+        samples there): an int per row, or, after a failed step, the row's logprobs (a numpy row, to
+        draw from on the host) or the exception."""
+        wanted = dict(zip(batch, picks))
         keep, kept, feeds = [], [], []
         for i, row in enumerate(self.rows):
             new = _appended(row, self.fed[row])
@@ -72,26 +83,37 @@ class LiveBatch:
         joins = [row for row in batch if row not in held]
         # rows leaving hand their KV to the trie (a finished row's next turn, a row rejoining)
         store = [(i, row.sequence()[: self.fed[row]]) for i, row in enumerate(self.rows) if row not in held]
-        state, self.state = self.state, None
+        state, self.state, self.last = self.state, None, []
+        rows = kept + joins
         try:
-            state, lps = await self.lm.live_advance(state, None if len(keep) == len(self.rows) else keep,
-                                                    feeds, [row.sequence() for row in joins], store)
+            state, ids, self.last = await self.lm.live_advance(
+                state, None if len(keep) == len(self.rows) else keep, feeds, [row.sequence() for row in joins],
+                store, [wanted[row] for row in rows])
         except Exception:  # noqa: BLE001 - the state may be half-updated: drop it, find the failing rows
             self.lm.live_close(state)
             del state
             self.rows, self.fed = [], {}
             self.fallbacks += 1
             return await self.fallback([row.sequence() for row in batch])
-        self.state, self.rows = state, kept + joins
+        self.state, self.rows = state, rows
         self.fed = {row: len(row.prompt) + len(row.tokens) for row in self.rows}
         self.joined += len(joins)
-        by_row = dict(zip(self.rows, lps))
+        by_row = dict(zip(self.rows, ids))
         return [by_row[row] for row in batch]
+
+    async def redraw(self, again: Sequence[tuple[Row, Pick]]) -> list[Any]:
+        """Draw again from the last step's logits, for rows whose first token the budget refused: an int
+        per row, or the exception."""
+        index = {row: i for i, row in enumerate(self.rows)}
+        try:
+            return await self.lm.live_redraw(self.last, [index[row] for row, _ in again], [p for _, p in again])
+        except Exception as e:  # noqa: BLE001 - only these rows fail
+            return [e] * len(again)
 
     def close(self) -> None:
         """Free the live state on the backend's worker thread, its rows' KV stored in the trie first."""
         store = [(i, row.sequence()[: self.fed[row]]) for i, row in enumerate(self.rows)]
-        state, self.state, self.rows, self.fed = self.state, None, [], {}
+        state, self.state, self.rows, self.fed, self.last = self.state, None, [], {}, []
         if state is not None:
             self.lm.live_close(state, store)
 
