@@ -7,11 +7,13 @@ that samples on its device applies each row's mask there, from the state's
 cached index mask (`constrained.index_masks`: built once per FSM state and
 shared by every row and request of that constraint), and draws by the same
 inverse-CDF rule as the host (`constrained.sampling.draw`): softmax of the
-masked logits over the temperature, top-p kept by mass, then the first id
-whose cumulative probability exceeds ``u`` times the total. So a row draws
-the same token on either side, up to rounding at the boundaries (torch on
-CPU and CUDA computes the distribution in float64, as the host does; MLX in
-float32), and its seed reproduces it.
+masked logits over the temperature (weights in float32), top-p kept by
+mass, then the first id whose cumulative probability exceeds ``u`` times
+the total (summed in float64 by torch on CPU and CUDA, as on the host; in
+float32 by MLX, in two levels). So a row draws the same token on either
+side but where ``u`` falls within rounding of a boundary between two ids
+(the frameworks' float32 `exp` differ by an ulp), and its seed reproduces
+it.
 
 Where it pays:
 - on a GPU (CUDA, Apple silicon), the host sampler would copy every row's
@@ -62,27 +64,27 @@ def torch_draw(logits: torch.Tensor, picks: Sequence[Pick]) -> list[int]:
     if not todo:
         return out  # type: ignore[return-value]
     device, cols = logits.device, logits.shape[-1]
-    exact = torch.float64 if device.type in ("cpu", "cuda") else torch.float32
+    exact = torch.float64 if device.type in ("cpu", "cuda") else torch.float32   # (MPS has no float64)
     x = logits[todo] if len(todo) < logits.shape[0] else logits
-    masked = torch.empty(x.shape, dtype=exact, device=device)
+    masked = torch.empty(x.shape, dtype=torch.float32, device=device)
     masks = [_torch_mask(picks[r], cols, device) for r in todo]
     for j, mask in enumerate(masks):
         if mask is None:
             masked[j].copy_(x[j])
         else:
-            mask.write(masked[j], x[j].to(exact))
-    temps = torch.tensor([max(picks[r].temperature, 0.0) for r in todo], dtype=exact, device=device)
+            mask.write(masked[j], x[j].float())
+    temps = torch.tensor([max(picks[r].temperature, 0.0) for r in todo], dtype=torch.float32, device=device)
     greedy = temps <= 0
     z = masked / torch.where(greedy, 1.0, temps).unsqueeze(1)
     top = z.max(dim=1, keepdim=True).values
     lost = ~torch.isfinite(top.squeeze(1))
     if bool(lost.any()):  # the model gives every allowed id zero probability: uniform over them
         for j in lost.nonzero().squeeze(1).tolist():
-            z[j] = _torch_allowed(masks[j], cols, exact, device)
+            z[j] = _torch_allowed(masks[j], cols, torch.float32, device)
         top = z.max(dim=1, keepdim=True).values
     ids = z.argmax(dim=1)  # greedy rows (the first of equal maxima, as numpy's argmax)
     if not bool(greedy.all()):
-        p = torch.exp(z - top)
+        p = torch.exp(z - top).to(exact)   # float32 weights, as the host's; sums in float64
         p = p / p.sum(dim=1, keepdim=True)
         top_p = torch.tensor([picks[r].top_p for r in todo], dtype=exact, device=device)
         if bool((top_p < 1).any()):

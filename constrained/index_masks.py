@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from constrained.token_fsm import TokenFSM
 
-__all__ = ["MaskCache", "MLXIndexMask", "TorchIndexMask", "apply_torch_masks", "mask_cache", "mask_ids",
+__all__ = ["MaskCache", "HostIndexMask", "MLXIndexMask", "TorchIndexMask", "apply_torch_masks", "mask_cache", "mask_ids",
            "unpack_bits", "MASK_BYTES"]
 
 # Ready masks per FSM and framework, at most this many bytes each.
@@ -155,6 +155,20 @@ class MLXIndexMask:
         if not self.ids.size:
             return logits
         return mx.put_along_axis(logits, self.ids, mx.array(-mx.inf, logits.dtype), axis=-1)
+
+
+class HostIndexMask:
+    """One state's mask over `cols` numpy columns (key: (state, cols)): int64 ids allowed or forbidden."""
+
+    __slots__ = ("allow", "ids", "nbytes")
+
+    def __init__(self, allow: bool, ids: np.ndarray) -> None:
+        self.allow, self.ids, self.nbytes = allow, ids, max(int(ids.nbytes), 64)
+
+    @classmethod
+    def of(cls, packed: np.ndarray, key: tuple[Any, ...]) -> HostIndexMask:
+        allow, ids = mask_ids(packed, key[1])
+        return cls(allow, ids)
 
 
 class TorchIndexMask:
