@@ -162,7 +162,8 @@ _COUNT_NEGATIONS = {"minLength": ("string", "maxLength", -1), "maxLength": ("str
                     "minProperties": ("object", "maxProperties", -1), "maxProperties": ("object", "minProperties", 1)}
 
 
-def negation(s: Schema, resolve: Callable[[Schema], Schema] | None = None) -> Schema | None:
+def negation(s: Schema, resolve: Callable[[Schema], Schema] | None = None,
+             why: list[str] | None = None, at: str = "$") -> Schema | None:
     """A schema valid exactly where `s` is not, made of forms compiled exactly; None if there is none here.
 
     Negation goes through `not` (twice is none), `allOf` and `anyOf` (De Morgan), and splits a schema's
@@ -180,29 +181,40 @@ def negation(s: Schema, resolve: Callable[[Schema], Schema] | None = None) -> Sc
     compiler's (`Compiler.resolving`) merges a `$ref` and `allOf` in and drops what it ignores
     (unknown keywords, a `format` it does not know). Past `NEGATION_DEPTH` nested subschemas (a
     recursive `$ref`) or `NEGATION_SIZE` subschemas negated in all (references shared by many
-    parts) there is no form.
+    parts) there is no form. Where there is none, `why` (a list, when given) gets the reason: the
+    keyword and where it is (`at`: the path of `s`).
 
     Example:
         >>> negation({"properties": {"mode": {"const": "a"}}, "required": ["mode"]})
         {'anyOf': [{'type': 'object', 'required': ['mode'], 'properties': {'mode': {'not': {'const': 'a'}}}}, \
 {'type': 'object', 'properties': {'mode': False}}]}
     """
-    return _negation(s, resolve, 0, [NEGATION_SIZE])
+    return _negation(s, resolve, 0, [NEGATION_SIZE], [] if why is None else why, at)
 
 
-def _negation(s: Schema, resolve: Callable[[Schema], Schema] | None, depth: int, left: list[int]) -> Schema | None:
+def _none(why: list[str], reason: str) -> None:
+    """No form: keep the first (innermost) reason."""
+    if not why:
+        why.append(reason)
+
+
+def _negation(s: Schema, resolve: Callable[[Schema], Schema] | None, depth: int, left: list[int],
+              why: list[str], at: str) -> Schema | None:
     left[0] -= 1
-    if depth > NEGATION_DEPTH or left[0] < 0:
-        return None
+    if depth > NEGATION_DEPTH:
+        return _none(why, f"{at} is nested more than {NEGATION_DEPTH} subschemas deep (a recursive $ref: "
+                          "the values it fails are not a regular language)")
+    if left[0] < 0:
+        return _none(why, f"it has more than {NEGATION_SIZE} subschemas to negate")
     if resolve is not None and isinstance(s, dict):
         try:
             s = resolve(s)
-        except UnsupportedSchemaError:              # a reference cycle through $ref/allOf, say
-            return None
+        except UnsupportedSchemaError as e:         # a reference cycle through $ref/allOf, say
+            return _none(why, f"{at} cannot be resolved ({e})")
     if isinstance(s, bool):
         return not s
     if not isinstance(s, dict):
-        return None
+        return _none(why, f"{at} is not a schema")
     inner = depth + 1
     keys = [k for k in s if k not in ANNOTATIONS]
     parts: list[Schema] = []                      # `s` fails when any of these holds
@@ -210,7 +222,7 @@ def _negation(s: Schema, resolve: Callable[[Schema], Schema] | None, depth: int,
     if simple:
         values = list(simple.get("enum", [])) + ([simple["const"]] if "const" in simple else [])
         if any(isinstance(v, (dict, list)) for v in values):
-            return None
+            return _none(why, f"`enum`/`const` at {at} lists objects or arrays")
         parts.append({"not": simple})
     for key in keys:
         value = s[key]
@@ -219,7 +231,7 @@ def _negation(s: Schema, resolve: Callable[[Schema], Schema] | None, depth: int,
         if key == "not":
             parts.append(value)
         elif key in ("allOf", "anyOf") and isinstance(value, list):
-            negs = [_negation(b, resolve, inner, left) for b in value]
+            negs = [_negation(b, resolve, inner, left, why, f"{at}.{key}[{i}]") for i, b in enumerate(value)]
             if any(n is None for n in negs):
                 return None
             if key == "allOf":
@@ -232,22 +244,22 @@ def _negation(s: Schema, resolve: Callable[[Schema], Schema] | None, depth: int,
             if resolve is not None:
                 try:
                     branches = [resolve(b) if isinstance(b, dict) else b for b in value]
-                except UnsupportedSchemaError:
-                    return None
-            negs = [_negation(b, resolve, inner, left) for b in branches]
+                except UnsupportedSchemaError as e:
+                    return _none(why, f"{at}.oneOf cannot be resolved ({e})")
+            negs = [_negation(b, resolve, inner, left, why, f"{at}.oneOf[{i}]") for i, b in enumerate(branches)]
             if any(n is None for n in negs):
                 return None
             both = [{"allOf": [a, b]} for i, a in enumerate(branches) for b in branches[i + 1:]
                     if not disjoint(a, b)]
             if len(both) > ONE_OF_PAIRS:
-                return None
+                return _none(why, f"{at}.oneOf has more than {ONE_OF_PAIRS} pairs of branches that may overlap")
             parts.append({"allOf": negs} if len(negs) > 1 else negs[0])
             parts.extend(both)
         elif key == "required" and isinstance(value, list):
             parts.extend({"type": "object", "properties": {r: False}} for r in value)
         elif key == "properties" and isinstance(value, dict):
             for name, prop in value.items():
-                neg = _negation(prop, resolve, inner, left)
+                neg = _negation(prop, resolve, inner, left, why, f"{at}.properties.{name}")
                 if neg is None:
                     return None
                 if neg is not False:
@@ -262,18 +274,18 @@ def _negation(s: Schema, resolve: Callable[[Schema], Schema] | None, depth: int,
         elif key == "pattern" and isinstance(value, str):
             parts.append({"type": "string", "not": {"pattern": value}})     # a string it does not match
         elif key == "contains":       # (with minContains or maxContains beside it: no form, below)
-            neg = _negation(value, resolve, inner, left)
+            neg = _negation(value, resolve, inner, left, why, f"{at}.contains")
             if neg is None:
                 return None
             parts.append({"type": "array", "items": neg})
         elif key == "items" and isinstance(value, (dict, bool)) and "prefixItems" not in s:
-            neg = _negation(value, resolve, inner, left)       # (after prefixItems, items covers only the rest)
+            neg = _negation(value, resolve, inner, left, why, f"{at}.items")  # (past prefixItems: the rest only)
             if neg is None:
                 return None
             if neg is not False:
                 parts.append({"type": "array", "contains": neg})
         else:
-            return None
+            return _none(why, f"`{key}` at {at} has no negation here")
     parts = [p for p in parts if p is not False]
     if any(p is True for p in parts):
         return True

@@ -419,11 +419,12 @@ class Compiler:
         i, j = pair
         negs = []
         for a, b in ((i, j), (j, i)):
-            neg = negation(raw[b], self.resolving(f"{path}.oneOf[{b}]", base))
+            why: list[str] = []
+            neg = negation(raw[b], self.resolving(f"{path}.oneOf[{b}]", base), why, f"{path}.oneOf[{b}]")
             if neg is None:
-                return (f"branches {i} and {j} may both match, and branch {b}'s negation has no exact form "
-                        "(only types, enum/const, bounds, required, properties, items, contains, pattern, "
-                        "not/allOf/anyOf/$ref of those)")
+                return (f"branches {i} and {j} may both match, and branch {b}'s negation has no exact form: "
+                        f"{why[0]} (negated exactly: types, enum/const, bounds, required, properties, items, "
+                        "contains, pattern, not/allOf/anyOf/oneOf/$ref of those)")
             negs.append((a, neg))
         for a, neg in negs:
             excluded[a].append(neg)

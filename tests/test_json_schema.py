@@ -632,3 +632,18 @@ def test_a_malformed_format_inside_a_negated_branch_is_a_schema_error_not_a_cras
     with pytest.raises(UnsupportedSchemaError) as err:    # (was TypeError: unhashable type: 'list')
         json_schema_grammar(schema)
     assert err.value.keyword == "oneOf" and err.value.path == "$"
+
+
+@pytest.mark.parametrize("schema,names", [
+    # a keyword with no negation form, inside a property of the overlapping branch
+    ({"oneOf": [{"type": "object"}, {"type": "object", "properties": {"a": {"type": "number", "multipleOf": 3}}}]},
+     ["`multipleOf` at $.oneOf[1].properties.a"]),
+    # a recursive branch: its negation is not regular
+    ({"$defs": {"t": {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/t"}}}}},
+      "oneOf": [{"type": "object", "required": ["x"]}, {"$ref": "#/$defs/t"}]},
+     ["$.oneOf[1].properties.kids.items", "recursive $ref"]),
+])
+def test_an_overlapping_one_of_names_the_keyword_without_a_negation(schema, names):
+    with pytest.raises(UnsupportedSchemaError) as err:
+        json_schema_grammar(schema)
+    assert err.value.keyword == "oneOf" and all(n in str(err.value) for n in names), str(err.value)
