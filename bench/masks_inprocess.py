@@ -8,7 +8,8 @@ compile / TTFM / TBM percentiles and the most expensive cases (after an untimed
 warm-up on `bench.masks.WARMUP_SCHEMA`); `--profile`
 adds a cProfile table.
 
-Run: ``python -m bench.masks_inprocess [--corpus DIR] [--tokenizer llama-bpe] [--schemas a b] [--profile]``
+Run: ``python -m bench.masks_inprocess [--corpus DIR] [--tokenizer llama-bpe] [--schemas a b] [--profile]
+[--any-order] [--jsonl FILE]``
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import numpy as np
 __all__ = ["run", "main"]
 
 
-def run(cases: list, tokenizer: Any, vocab: Any) -> tuple[list[dict], np.ndarray]:
+def run(cases: list, tokenizer: Any, vocab: Any, **options: Any) -> tuple[list[dict], np.ndarray]:
     """Compile and walk every case; returns (per-case rows, every mask time in ns)."""
     from bench.masks import STYLES, prepare_walks
     from constrained.compile import clear_cache, compile_json_schema
@@ -38,7 +39,7 @@ def run(cases: list, tokenizer: Any, vocab: Any) -> tuple[list[dict], np.ndarray
         clear_cache()
         t0 = time.perf_counter_ns()
         try:
-            fsm = compile_json_schema(case.schema, vocab)
+            fsm = compile_json_schema(case.schema, vocab, **options)
         except ConstraintError:
             continue
         t1 = time.perf_counter_ns()
@@ -74,6 +75,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--every", type=int, default=1, metavar="K", help="only every K-th case (a quick sample)")
     p.add_argument("--profile", action="store_true", help="print a cProfile table (sorted by own time)")
     p.add_argument("--gc", action="store_true", help="time the cyclic GC's collections (gc.callbacks)")
+    p.add_argument("--any-order", action="store_true", help="compile with any_order=True (members in any order)")
+    p.add_argument("--jsonl", help="write the per-case rows here")
     args = p.parse_args(argv)
     tokenizer = hf_tokenizer(args.tokenizer)
     vocab = Vocabulary.from_tokenizer(tokenizer)
@@ -88,7 +91,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if prof:
         prof.enable()
     pauses = _time_gc() if args.gc else None
-    rows, masks = run(cases, tokenizer, vocab)
+    rows, masks = run(cases, tokenizer, vocab, **({"any_order": True} if args.any_order else {}))
+    if args.jsonl:
+        import json
+
+        with open(args.jsonl, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
     if prof:
         prof.disable()
         pstats.Stats(prof).sort_stats("tottime").print_stats(30)
