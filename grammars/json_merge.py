@@ -174,8 +174,8 @@ def negation(s: Schema, resolve: Callable[[Schema], Schema] | None = None,
     an item valid under its negation"; `oneOf`, "none of its branches, or two that may overlap
     (not provably `disjoint`)"; a bound, a value of its type beyond
     it (`minimum: 3` fails on numbers below 3, `maxLength: 5` on strings of 6 or more); a
-    `pattern`, a string that does not match it. Other keywords (`multipleOf`, a known `format`,
-    ...) have no such form here.
+    `pattern`, a string that does not match it; `propertyNames: false`, an object with a member.
+    Other keywords (`multipleOf`, a known `format`, ...) have no such form here.
 
     `resolve`, where given, is applied to `s` and to every subschema negated inside it first: the
     compiler's (`Compiler.resolving`) merges a `$ref` and `allOf` in and drops what it ignores
@@ -273,6 +273,8 @@ def _negation(s: Schema, resolve: Callable[[Schema], Schema] | None, depth: int,
                 parts.append({"type": applies, opposite: value + step})
         elif key == "pattern" and isinstance(value, str):
             parts.append({"type": "string", "not": {"pattern": value}})     # a string it does not match
+        elif key == "propertyNames" and value is False:
+            parts.append({"type": "object", "minProperties": 1})             # an object with any member
         elif key == "contains":       # (with minContains or maxContains beside it: no form, below)
             neg = _negation(value, resolve, inner, left, why, f"{at}.contains")
             if neg is None:

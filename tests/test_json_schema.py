@@ -647,3 +647,16 @@ def test_an_overlapping_one_of_names_the_keyword_without_a_negation(schema, name
     with pytest.raises(UnsupportedSchemaError) as err:
         json_schema_grammar(schema)
     assert err.value.keyword == "oneOf" and all(n in str(err.value) for n in names), str(err.value)
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "object", "not": {"propertyNames": False}},                    # a non-empty object
+    {"not": {"propertyNames": False}},                                      # (every non-object fails it)
+    {"oneOf": [{"propertyNames": False}, {"type": "object", "maxProperties": 1}]},  # overlap at {}
+])
+def test_negated_property_names_false_agrees_with_jsonschema(schema):
+    g = json_schema_grammar(schema)
+    dfa = LazyDFA(g, max_depth=g.info["max_depth"])
+    validator = jsonschema.Draft202012Validator(schema)
+    for inst in ({}, {"a": 1}, {"a": 1, "b": 2}, [], [1], "x", 3, None, True):
+        assert dfa.matches(json.dumps(inst).encode()) == validator.is_valid(inst), (schema, inst)
