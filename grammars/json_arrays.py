@@ -185,9 +185,10 @@ def _contains_counts(s: dict) -> tuple[Any, int, int | None] | None:
     return None if lo == 0 and hi is None else (s["contains"], lo, hi)
 
 
-def _negation(c: "Compiler", schema: Any, path: str, base: str) -> Any:
-    """`json_merge.negation` of `schema`, its `$ref`s and `allOf`s merged in (`Compiler.resolving`); None if none."""
-    return negation(schema, c.resolving(path, base))
+def _negation(c: "Compiler", schema: Any, path: str, base: str, why: list[str] | None = None) -> Any:
+    """`json_merge.negation` of `schema`, its `$ref`s and `allOf`s merged in (`Compiler.resolving`); None if none
+    (and the reason in `why`)."""
+    return negation(schema, c.resolving(path, base), why, path)
 
 
 class _Counting:
@@ -208,20 +209,20 @@ class _Counting:
             return
         # The negation makes the split disjoint: needed under hi, and worth it wherever positions are
         # explicit (each item then has one reading: the DFA keeps one configuration, not one per choice).
-        neg = _negation(c, schema, f"{path}.contains", base) if hi is not None or self.end > 1 else None
+        why: list[str] = []
+        neg = _negation(c, schema, f"{path}.contains", base, why) if hi is not None or self.end > 1 else None
         if hi is not None and neg is None:
-            self._no_negation(schema)
+            self._no_negation(schema, why[0] if why else "")
         self.exact = self.hi is not None
         self.cap = self.hi if self.exact else lo                  # counts run 0..cap (without hi: capped at lo)
         self.split = [self._split(p, schema, neg, f"{path}.prefixItems[{i}]") for i, p in enumerate(prefix)]
         self.rest = self._split(items, schema, neg, f"{path}.items")
         self.others = star(seq(self.ws.sep, self.rest[1]))     # (one node: the rests share it)
 
-    def _no_negation(self, schema: Any) -> None:
+    def _no_negation(self, schema: Any, why: str) -> None:
         """Refuse `maxContains` (or, approximating, drop it) for want of the items not valid under `contains`."""
         text = (f"maxContains {self.hi} needs the items not valid under `contains` ({schema!r}), which has no "
-                "negation made of forms compiled exactly (types, enum/const, required, properties, not/allOf/anyOf "
-                "of those; bounds, patterns and lengths have none)")
+                f"negation made of forms compiled exactly: {why}")
         if not self.c.approximate:
             raise UnsupportedSchemaError("contains", self.path, text)
         self.c.notes.append(SchemaNote("maxContains", self.path, "approximated", text))

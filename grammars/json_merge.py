@@ -140,7 +140,8 @@ def _logic(out: dict) -> None:
 
 
 def _plain_not(n: Schema) -> bool:
-    """`not: n` of the forms the compiler excludes directly: types, scalar enum/const, anyOf of those."""
+    """`not: n` of the forms the compiler excludes directly: types, scalar enum/const, a pattern, a format,
+    anyOf of those."""
     if isinstance(n, bool):
         return True
     if not isinstance(n, dict):
@@ -150,6 +151,8 @@ def _plain_not(n: Schema) -> bool:
         return isinstance(n["anyOf"], list) and all(_plain_not(b) for b in n["anyOf"])
     if "pattern" in keys:      # strings matching it (`json_string_sets`)
         return keys <= {"type", "pattern"} and n.get("type", "string") == "string"
+    if "format" in keys:       # strings in it (the same)
+        return keys <= {"type", "format"} and n.get("type", "string") == "string"
     return keys <= {"type", "enum", "const"}
 
 
@@ -174,8 +177,8 @@ def negation(s: Schema, resolve: Callable[[Schema], Schema] | None = None,
     an item valid under its negation"; `oneOf`, "none of its branches, or two that may overlap
     (not provably `disjoint`)"; a bound, a value of its type beyond
     it (`minimum: 3` fails on numbers below 3, `maxLength: 5` on strings of 6 or more); a
-    `pattern`, a string that does not match it; `propertyNames: false`, an object with a member.
-    Other keywords (`multipleOf`, a known `format`, ...) have no such form here.
+    `pattern` or a `format`, a string that does not match it; `propertyNames: false`, an object
+    with a member. Other keywords (`multipleOf`, `additionalProperties`, ...) have no such form here.
 
     `resolve`, where given, is applied to `s` and to every subschema negated inside it first: the
     compiler's (`Compiler.resolving`) merges a `$ref` and `allOf` in and drops what it ignores
@@ -273,6 +276,8 @@ def _negation(s: Schema, resolve: Callable[[Schema], Schema] | None, depth: int,
                 parts.append({"type": applies, opposite: value + step})
         elif key == "pattern" and isinstance(value, str):
             parts.append({"type": "string", "not": {"pattern": value}})     # a string it does not match
+        elif key == "format" and isinstance(value, str):
+            parts.append({"type": "string", "not": {"format": value}})       # a string not in the format
         elif key == "propertyNames" and value is False:
             parts.append({"type": "object", "minProperties": 1})             # an object with any member
         elif key == "contains":       # (with minContains or maxContains beside it: no form, below)

@@ -34,8 +34,8 @@ always get at least `max_recursion_depth` levels.
 | `contains` `minContains` `maxContains` | exact on arrays (`json_arrays`), other types unaffected: at least `minContains` (default 1; 0: no lower bound) items valid under `contains`, any schema that compiles; `maxContains` exact when `contains` has a negation (`json_merge.negation`: types, enum/const, required, properties, not/allOf/anyOf of those), else unsupported; with `prefixItems`, `minItems` or `maxItems` a (position, count) product, unsupported past the size budget; `allOf` of two different `contains` unsupported; draft-06/07: `min/maxContains` ignored, draft-04: `contains` ignored (as those drafts' validators do; reported) |
 | `allOf` | real merge (types intersect, bounds tighten, properties merge recursively, patternProperties union unless a side has additionalProperties, required union, anyOf/oneOf distribute); unmergeable pairs unsupported |
 | `anyOf` | exact (each branch merged with the sibling keywords) |
-| `oneOf` | exact: branches provably disjoint (types, enum values, a required discriminator property with distinct const/enum, or a member one requires and the other forbids) as they are; types of which two branches take every value (no type and only object keywords) left out of both; a branch that may overlap others holds with their negations (`json_merge.negation`: types, enum/const, bounds, required, properties, items, contains, pattern, a nested oneOf, not/allOf/anyOf of those, through local `$ref`s; unknown keywords and formats, ignored when compiling, ignored there too; at most `ONE_OF_NEGATIONS` in all); else unsupported (`allow_approximate`: compiled as anyOf) |
-| `not` | exact for types, enum/const of scalars (numbers: excluded points; strings: complement of a finite set, or with other string keywords their strings minus the set, by `json_string_sets`), a `pattern` (strings it does not match, with any other string keywords: `json_string_sets`, a product of automata bounded by `MAX_STATES`), and anyOf of those; and, rewritten as `allOf`/`anyOf` (`json_merge.negation`), for `not`, `allOf`, `anyOf`, `required`, `properties`, `contains` (without min/maxContains) and bounds (`minimum` ... `maxProperties`: a value of their type past them) of such forms (`not: {required: [a]}` is "an object without a") |
+| `oneOf` | exact: branches provably disjoint (types, enum values, a required discriminator property with distinct const/enum, or a member one requires and the other forbids) as they are; types of which two branches take every value (no type and only object keywords) left out of both; a branch that may overlap others holds with their negations (`json_merge.negation`: types, enum/const, bounds, required, properties, items, contains, pattern, a known format, `propertyNames: false`, a nested oneOf, not/allOf/anyOf of those, through local `$ref`s; unknown keywords and formats, ignored when compiling, ignored there too; at most `ONE_OF_NEGATIONS` in all); else unsupported (`allow_approximate`: compiled as anyOf) |
+| `not` | exact for types, enum/const of scalars (numbers: excluded points; strings: complement of a finite set, or with other string keywords their strings minus the set, by `json_string_sets`), a `pattern` or a known `format` (strings it does not match, with any other string keywords: `json_string_sets`, a product of automata bounded by `MAX_STATES`; an unknown format, an annotation, excludes every string), and anyOf of those; and, rewritten as `allOf`/`anyOf` (`json_merge.negation`), for `not`, `allOf`, `anyOf`, `required`, `properties`, `contains` (without min/maxContains), `propertyNames: false` (an object with a member) and bounds (`minimum` ... `maxProperties`: a value of their type past them) of such forms (`not: {required: [a]}` is "an object without a") |
 | `if` / `then` / `else` | exact when `if` has such a negation: (if and then) or (not if and else), e.g. a discriminator `{"properties": {"mode": {"const": ...}}, "required": ["mode"]}`; else unsupported |
 | `$ref` `$defs` `definitions` `$anchor` `$id` | local refs, JSON pointers with `~0 ~1`; recursion via `Ref` rules, depth `max_recursion_depth`; remote refs unsupported; 2020-12 siblings of `$ref` are merged, draft-7 siblings ignored |
 | `true` / `{}` / `false` | any JSON value (nesting <= `max_any_depth`) / nothing |
@@ -424,7 +424,7 @@ class Compiler:
             if neg is None:
                 return (f"branches {i} and {j} may both match, and branch {b}'s negation has no exact form: "
                         f"{why[0]} (negated exactly: types, enum/const, bounds, required, properties, items, "
-                        "contains, pattern, not/allOf/anyOf/oneOf/$ref of those)")
+                        "contains, pattern, format, not/allOf/anyOf/oneOf/$ref of those)")
             negs.append((a, neg))
         for a, neg in negs:
             excluded[a].append(neg)
@@ -483,8 +483,15 @@ class Compiler:
             self.pattern_body(n["pattern"], f"{path}.not")         # checks it, with its path
             # without `type`, `n` holds for every non-string too: `not` excludes them all
             return (set() if "type" in keys else set(TYPES) - {"string"}), [], [n["pattern"]]
-        raise UnsupportedSchemaError("not", path, "only `not` of types, enum/const, a pattern and anyOf of those "
-                                     "is exact")
+        if keys <= {"type", "format"} and "format" in keys and n.get("type", "string") == "string":
+            others = set() if "type" in keys else set(TYPES) - {"string"}
+            if not isinstance(n["format"], str):
+                raise InvalidSchemaError("`format` must be a string", f"{path}.not", n["format"])
+            if format_node(n["format"]) is None:   # an annotation: every string passes it, `not` fails them
+                return others | {"string"}, [], []
+            return others, [], [("format", n["format"])]
+        raise UnsupportedSchemaError("not", path, "only `not` of types, enum/const, a pattern, a format and anyOf "
+                                     "of those is exact")
 
     # -- typed values -------------------------------------------------------------
 
@@ -498,7 +505,7 @@ class Compiler:
         if "enum" in s:
             if not_patterns:
                 excluded = excluded + [v for v in s["enum"] if isinstance(v, str) and any(
-                    self.pattern_matches(p, v, path) for p in not_patterns)]
+                    self._string_matches(p, v, path) for p in not_patterns)]
             return self._enum(s, types, excluded_types, excluded, path, base)
         if "number" in types:
             types.remove("integer") if "integer" in types else None
@@ -676,7 +683,8 @@ class Compiler:
                 length_product = True
         if not excluded and not not_patterns and not required:
             return rest
-        gone = [self.pattern_body(p, path) for p in not_patterns] + [string_literal(v) for v in excluded]
+        gone = [self.pattern_body(p, path) if isinstance(p, str) else format_node(p[1]) for p in not_patterns]
+        gone += [string_literal(v) for v in excluded]
         keyword = "not" if gone else "pattern" if "pattern" in s else "format"
         if length_product:
             keyword = "maxLength" if hi is not None else "minLength"
@@ -719,6 +727,18 @@ class Compiler:
             hit = (schema, LazyDFA(grammar, max_depth=64))
             self._acceptors[id(schema)] = hit
         return hit[1].matches(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+
+    def _string_matches(self, excluded: Any, value: str, path: str) -> bool:
+        """Whether the string `value` is one a `not` excludes: a pattern (str) matches it, or it is
+        in a format (``("format", name)``)."""
+        if isinstance(excluded, str):
+            return self.pattern_matches(excluded, value, path)
+        from grammars.dfa import LazyDFA
+
+        key = "\0format " + excluded[1]           # (no pattern is spelled so)
+        if key not in self._matchers:
+            self._matchers[key] = LazyDFA(Grammar({"start": format_node(excluded[1])}))
+        return self._matchers[key].matches(json.dumps(value, ensure_ascii=False)[1:-1].encode())
 
     def pattern_matches(self, pattern: Any, name: str, path: str) -> bool:
         """Whether the property name `name` matches the ECMA regex (search)."""

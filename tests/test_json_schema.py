@@ -389,9 +389,9 @@ def test_number_syntax():
 UNSUPPORTED = [
     ({"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}, "uniqueItems",
      "$.properties.tags"),
-    ({"type": "array", "contains": {"type": "string", "format": "date"}, "maxContains": 1}, "contains", "$"),
+    ({"type": "array", "contains": {"type": "integer", "multipleOf": 5}, "maxContains": 1}, "contains", "$"),
     ({"allOf": [{"contains": {"const": 1}}, {"contains": {"const": 2}}]}, "contains", "$.allOf[1]"),
-    ({"if": {"format": "date"}, "then": {"maxLength": 5}}, "if", "$"),   # a format has no negation here
+    ({"if": {"multipleOf": 3}, "then": {"maximum": 5}}, "if", "$"),   # multipleOf has no negation here
     ({"type": "object", "dependentRequired": {f"p{i}": [f"q{i}"] for i in range(7)}}, "dependentRequired", "$"),
     ({"anyOf": [{"properties": {"a": True}}], "unevaluatedProperties": False}, "unevaluatedProperties", "$"),
     ({"if": {"required": ["a"]}, "then": {"properties": {"b": True}}, "unevaluatedProperties": False},
@@ -404,7 +404,7 @@ UNSUPPORTED = [
     ({"oneOf": [{"type": "number"}, {"type": "integer"}]}, "oneOf", "$"),   # numbers that are not integers
     ({"allOf": [{"pattern": "a"}, {"pattern": "^b|c"}]}, "pattern", "$.allOf[1]"),   # an anchor in one alternative
     ({"type": "number", "multipleOf": 0.3}, "multipleOf", "$"),
-    ({"not": {"type": "string", "format": "date"}}, "not", "$"),
+    ({"not": {"type": "integer", "multipleOf": 3}}, "not", "$"),
     ({"type": "object", "patternProperties": {f"^{c}": {"maxLength": i} for i, c in enumerate("abcde")}},
      "patternProperties", "$"),                         # 2^5 - 1 groups of names
     ({"allOf": [{"patternProperties": {"^a": {"type": "integer"}}}, {"additionalProperties": False}]},
@@ -424,17 +424,22 @@ def test_unsupported_names_keyword_and_path(schema, keyword, path):
 
 
 def test_max_contains_needs_a_negation_of_contains():
-    """`maxContains` counts exactly only when the items not valid under `contains` compile: a format has no negation."""
-    schema = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"},
-                                                        "contains": {"type": "string", "format": "date"},
+    """`maxContains` counts exactly only when the items not valid under `contains` compile: `multipleOf` has no
+    negation here, and the message says so."""
+    schema = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "integer"},
+                                                        "contains": {"type": "integer", "multipleOf": 5},
                                                         "maxContains": 1}}}
     with pytest.raises(UnsupportedSchemaError) as err:
         json_schema_grammar(schema)
     assert err.value.keyword == "contains" and err.value.path == "$.properties.tags"
     message = str(err.value)
     assert message.startswith("`contains` is not supported at $.properties.tags.contains: maxContains 1 needs the "
-                              "items not valid under `contains` ({'type': 'string', 'format': 'date'})"), message
-    assert "no negation" in message
+                              "items not valid under `contains` ({'type': 'integer', 'multipleOf': 5})"), message
+    assert "`multipleOf` at $.properties.tags.contains has no negation" in message, message
+    # a format has one (strings not in it): maxContains with it is exact
+    dated = _dfa({"type": "array", "contains": {"type": "string", "format": "date"}, "maxContains": 1})
+    assert dated.matches(b'["x", "2024-01-31"]') and not dated.matches(b'["2024-01-31", "2024-02-01"]')
+    assert not dated.matches(b'["2024-13-01"]')
     # a pattern has one (strings it does not match): maxContains with it is exact
     counted = _dfa({"type": "array", "contains": {"type": "string", "pattern": "^a"}, "maxContains": 1})
     assert counted.matches(b'["b", "ab"]') and not counted.matches(b'["ab", "ac"]') and not counted.matches(b'["b"]')
@@ -448,7 +453,7 @@ def test_max_contains_needs_a_negation_of_contains():
     assert [(n.keyword, n.path, n.kind) for n in g.info["report"]] == [("maxContains", "$.properties.tags",
                                                                          "approximated")]
     dfa = LazyDFA(g, max_depth=g.info["max_depth"])
-    assert dfa.matches(b'{"tags": ["2024-01-01", "2024-01-02"]}') and not dfa.matches(b'{"tags": ["b"]}')
+    assert dfa.matches(b'{"tags": [10, 15]}') and not dfa.matches(b'{"tags": [1]}')
 
 
 def test_contains_with_item_counts_is_refused_past_the_size_budget():
@@ -659,4 +664,21 @@ def test_negated_property_names_false_agrees_with_jsonschema(schema):
     dfa = LazyDFA(g, max_depth=g.info["max_depth"])
     validator = jsonschema.Draft202012Validator(schema)
     for inst in ({}, {"a": 1}, {"a": 1, "b": 2}, [], [1], "x", 3, None, True):
+        assert dfa.matches(json.dumps(inst).encode()) == validator.is_valid(inst), (schema, inst)
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "string", "not": {"format": "ipv4"}},
+    {"not": {"format": "date"}},                                            # every non-string passes
+    {"enum": ["1.2.3.4", "x", 5], "not": {"format": "ipv4"}},
+    {"not": {"format": "no-such-format"}},                                  # an annotation: fails every string
+    # overlapping oneOf: each branch holds with the other's negation (a string outside the format)
+    {"oneOf": [{"type": "string", "format": "ipv4"}, {"type": "string", "maxLength": 7}]},
+    {"if": {"format": "date"}, "then": {"maxLength": 5}},                 # (else: not a date, any length)
+])
+def test_negated_format_agrees_with_jsonschema(schema):
+    g = json_schema_grammar(schema)
+    dfa = LazyDFA(g, max_depth=g.info["max_depth"])
+    validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+    for inst in ("1.2.3.4", "1.2.3", "x", "", "2024-01-31", "2024-13-01", "255.255.255.255", 5, None, [], {}):
         assert dfa.matches(json.dumps(inst).encode()) == validator.is_valid(inst), (schema, inst)
