@@ -73,6 +73,8 @@ def torch_draw(logits: torch.Tensor, picks: Sequence[Pick]) -> list[int]:
             masked[j].copy_(x[j])
         else:
             mask.write(masked[j], x[j].float())
+    # (flags known on the host are read there: each `bool()` of a device tensor waits for the device)
+    all_greedy = all(picks[r].temperature <= 0 for r in todo)
     temps = torch.tensor([max(picks[r].temperature, 0.0) for r in todo], dtype=torch.float32, device=device)
     greedy = temps <= 0
     z = masked / torch.where(greedy, 1.0, temps).unsqueeze(1)
@@ -83,11 +85,11 @@ def torch_draw(logits: torch.Tensor, picks: Sequence[Pick]) -> list[int]:
             z[j] = _torch_allowed(masks[j], cols, torch.float32, device)
         top = z.max(dim=1, keepdim=True).values
     ids = z.argmax(dim=1)  # greedy rows (the first of equal maxima, as numpy's argmax)
-    if not bool(greedy.all()):
+    if not all_greedy:
         p = torch.exp(z - top).to(exact)   # float32 weights, as the host's; sums in float64
         p = p / p.sum(dim=1, keepdim=True)
         top_p = torch.tensor([picks[r].top_p for r in todo], dtype=exact, device=device)
-        if bool((top_p < 1).any()):
+        if any(picks[r].top_p < 1 for r in todo):
             p = _torch_top_p(p, top_p)
         cdf = torch.cumsum(p, dim=1)
         u = torch.tensor([picks[r].u for r in todo], dtype=exact, device=device)
