@@ -11,7 +11,9 @@ ONE call, in one of two ways:
   samples of a prompt share one prefill), then each step feeds it only the
   tokens it appended, and it leaves when it finishes, its KV stored back in
   the trie. A step costs one token per row, with no trie lookup and no KV
-  copied;
+  copied. The rows' draws are fixed before the call (`Row.plan`: a `Pick`
+  of mask, settings and the row's uniform) and made in the backend, on the
+  model's device where it samples there, so only token ids come back;
 - otherwise (`MockLM`), the full token sequence of every row goes to
   `batch_next_token_logprobs`; the backend finds each row's longest cached
   prefix in its trie, so only the new tokens run through the model.
