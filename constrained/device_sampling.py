@@ -50,6 +50,18 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["torch_draw", "mlx_draw"]
 
+# Logits below this (a model's -inf) are raised to it before masking, so a row whose model rules
+# out every allowed id still has a finite maximum: its allowed ids tie and the draw is uniform over
+# them (greedy: the first), as on the host; the masked ids stay at -inf. Divided by the least
+# temperature it stays finite in float32.
+_FLOOR = -1e20
+_MIN_TEMPERATURE = 1e-6
+
+
+def _temperature(pick: Pick) -> float:
+    """What a row's logits are divided by: 1 for greedy rows, else at least `_MIN_TEMPERATURE` (the host's)."""
+    return 1.0 if pick.temperature <= 0 else max(pick.temperature, _MIN_TEMPERATURE)
+
 
 def torch_draw(logits: torch.Tensor, picks: Sequence[Pick]) -> list[int]:
     """The token of every row of `logits` (rows × vocabulary, any device) drawn by ``picks[row]``.
@@ -67,23 +79,18 @@ def torch_draw(logits: torch.Tensor, picks: Sequence[Pick]) -> list[int]:
     exact = torch.float64 if device.type in ("cpu", "cuda") else torch.float32   # (MPS has no float64)
     x = logits[todo] if len(todo) < logits.shape[0] else logits
     masked = torch.empty(x.shape, dtype=torch.float32, device=device)
-    masks = [_torch_mask(picks[r], cols, device) for r in todo]
-    for j, mask in enumerate(masks):
+    x = x.float().clamp(min=_FLOOR)   # (see _FLOOR: every row keeps a finite maximum)
+    for j, r in enumerate(todo):
+        mask = _torch_mask(picks[r], cols, device)
         if mask is None:
             masked[j].copy_(x[j])
         else:
-            mask.write(masked[j], x[j].float())
+            mask.write(masked[j], x[j])
     # (flags known on the host are read there: each `bool()` of a device tensor waits for the device)
     all_greedy = all(picks[r].temperature <= 0 for r in todo)
-    temps = torch.tensor([max(picks[r].temperature, 0.0) for r in todo], dtype=torch.float32, device=device)
-    greedy = temps <= 0
-    z = masked / torch.where(greedy, 1.0, temps).unsqueeze(1)
+    temps = torch.tensor([_temperature(picks[r]) for r in todo], dtype=torch.float32, device=device)
+    z = masked / temps.unsqueeze(1)
     top = z.max(dim=1, keepdim=True).values
-    lost = ~torch.isfinite(top.squeeze(1))
-    if bool(lost.any()):  # the model gives every allowed id zero probability: uniform over them
-        for j in lost.nonzero().squeeze(1).tolist():
-            z[j] = _torch_allowed(masks[j], cols, torch.float32, device)
-        top = z.max(dim=1, keepdim=True).values
     ids = z.argmax(dim=1)  # greedy rows (the first of equal maxima, as numpy's argmax)
     if not all_greedy:
         p = torch.exp(z - top).to(exact)   # float32 weights, as the host's; sums in float64
@@ -96,6 +103,7 @@ def torch_draw(logits: torch.Tensor, picks: Sequence[Pick]) -> list[int]:
         drawn = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(1), right=True).squeeze(1)
         # u * total rounds up to the total only for u within an ulp of 1: take the last id drawn from
         last = cols - 1 - torch.flip(p > 0, dims=[1]).to(torch.int8).argmax(dim=1)
+        greedy = torch.tensor([picks[r].temperature <= 0 for r in todo], device=device)
         ids = torch.where(greedy, ids, torch.minimum(drawn, last))
     for j, tok in zip(todo, ids.tolist()):
         out[j] = tok
@@ -114,18 +122,6 @@ def _torch_mask(pick: Pick, cols: int, device: Any) -> TorchIndexMask | None:
     key = (pick.state, cols, device)
     mask = cache.get(key)
     return mask if mask is not None else cache.put(key, pick.fsm.bitmask(pick.state))
-
-
-def _torch_allowed(mask: TorchIndexMask | None, cols: int, dtype: Any, device: Any) -> torch.Tensor:
-    """A row of 0 at the allowed ids and -inf elsewhere."""
-    import torch
-
-    zeros = torch.zeros(cols, dtype=dtype, device=device)
-    if mask is None:
-        return zeros
-    row = torch.empty_like(zeros)
-    mask.write(row, zeros)
-    return row
 
 
 def _torch_top_p(p: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
@@ -155,17 +151,12 @@ def mlx_draw(logits: mx.array, picks: Sequence[Pick]) -> list[int]:
     cols = logits.shape[-1]
     x = logits[mx.array(todo)] if len(todo) < logits.shape[0] else logits
     x = x.astype(mx.float32)
+    x = mx.maximum(x.astype(mx.float32), _FLOOR)   # (see _FLOOR)
     masks = [_mlx_mask(picks[r], cols) for r in todo]
     z = mx.stack([x[j] if m is None else m.apply(x[j]) for j, m in enumerate(masks)])
-    temps = [max(picks[r].temperature, 0.0) for r in todo]
-    greedy = [t <= 0 for t in temps]
-    z = z / mx.array([1.0 if g else t for g, t in zip(greedy, temps)], dtype=mx.float32)[:, None]
+    greedy = [picks[r].temperature <= 0 for r in todo]
+    z = z / mx.array([_temperature(picks[r]) for r in todo], dtype=mx.float32)[:, None]
     top = mx.max(z, axis=1, keepdims=True)
-    # every allowed id at -inf: uniform over them (0 at the allowed ids, -inf elsewhere)
-    allowed = mx.stack([mx.zeros(cols) if m is None else m.apply(mx.zeros(cols)) for m in masks])
-    lost = ~mx.isfinite(top)
-    z = mx.where(lost, allowed, z)
-    top = mx.where(lost, 0.0, top)
     ids = mx.argmax(z, axis=1)
     if not all(greedy):
         p = mx.exp(z - top)
