@@ -1,4 +1,5 @@
-"""`HFLM`: the `AsyncLM` contract on Hugging Face transformers models (torch, CPU, float32).
+"""`HFLM`: the `AsyncLM` contract on Hugging Face transformers models (torch; float32 on the CPU, or the
+model's own device and dtype: the tensors it feeds the model are made there).
 
 One batch is laid out in columns as ``[cached prefix | suffix head | last token]``:
 
@@ -153,7 +154,7 @@ class HFLM(ModelLM):
     """Batched, prefix-cached next-token logprobs for a transformers causal LM.
 
     Args:
-        model: a ``transformers`` causal LM (put in eval mode, float32, CPU here).
+        model: a ``transformers`` causal LM, put in eval mode and used on its own device (float32 on a CPU).
         tokenizer: its Hugging Face tokenizer.
         prefill_step_size: most prompt tokens per model call while prefilling.
         **opts: `AsyncLM` options: batch_size, timeout, cache_size (bytes), max_segments.
@@ -174,6 +175,10 @@ class HFLM(ModelLM):
 
     def _setup(self, model: Any, tokenizer: Any) -> tuple[int, list[int], Any]:
         model.eval()
+        # Inputs are made on the model's device; there the live loop draws tokens with torch ops and
+        # brings back ids only (`constrained.device_sampling`), on the CPU the host draws (cheaper there).
+        self.device = model.device
+        self.device_sampling = self.device.type != "cpu"
         eos = model.generation_config.eos_token_id if model.generation_config is not None else None
         if eos is None:
             eos = tokenizer.eos_token_id
@@ -224,28 +229,30 @@ class HFLM(ModelLM):
         """
         P = jobs[0].start
         suffixes = [j.tokens[P:] for j in jobs]
-        row = torch.tensor([i for i, s in enumerate(suffixes) for _ in s])
-        pos = torch.tensor([P + k for s in suffixes for k in range(len(s))])
-        ends = torch.cumsum(torch.tensor([len(s) for s in suffixes]), 0)
+        dev = self.device
+        row = torch.tensor([i for i, s in enumerate(suffixes) for _ in s], device=dev)
+        pos = torch.tensor([P + k for s in suffixes for k in range(len(s))], device=dev)
+        ends = torch.cumsum(torch.tensor([len(s) for s in suffixes], device=dev), 0)
         Q = len(row)
         visible = (row[:, None] == row[None, :]) & (pos[:, None] >= pos[None, :])
-        mask = torch.zeros(1, 1, Q, P + Q, dtype=self.model.dtype)
+        mask = torch.zeros(1, 1, Q, P + Q, dtype=self.model.dtype, device=dev)
         mask[0, 0, :, P:].masked_fill_(~visible, torch.finfo(self.model.dtype).min)
         cache = self._past([jobs[0].chain], P, P + Q)
         out = self.model(
-            input_ids=torch.tensor([[t for s in suffixes for t in s]]), attention_mask=mask, position_ids=pos.unsqueeze(0),
+            input_ids=torch.tensor([[t for s in suffixes for t in s]], device=dev), attention_mask=mask, position_ids=pos.unsqueeze(0),
             past_key_values=cache, use_cache=True, logits_to_keep=ends - 1,
         )  # fmt: skip
-        logprobs = torch.log_softmax(out.logits[0].float(), dim=-1).numpy()
+        logprobs = torch.log_softmax(out.logits[0].float(), dim=-1).cpu().numpy()
         self.stats["padded_tokens"] += Q
         self.stats["packed_rows"] += len(jobs)
         result = []
         for i, job in enumerate(jobs):
             handle = None
             if job.store_from is not None:  # this row's columns, after the prefix's when a full copy is asked for
-                cols = torch.arange(P + int(ends[i]) - len(suffixes[i]), P + int(ends[i]))
+                end = P + int(ends[i])
+                cols = torch.arange(end - len(suffixes[i]), end, device=dev)
                 if job.store_from == 0:
-                    cols = torch.cat([torch.arange(P), cols])
+                    cols = torch.cat([torch.arange(P, device=dev), cols])
                 handle = TorchKV([layer.keys[0][:, cols] for layer in cache.layers], [layer.values[0][:, cols] for layer in cache.layers])
             result.append((logprobs[i].copy(), handle))
         return result
@@ -260,24 +267,26 @@ class HFLM(ModelLM):
         for i, (s, h) in enumerate(zip(starts, heads)):
             mask[i, P - s : P + len(h)] = 1
         mask[:, -1] = 1
-        ids = torch.tensor([h + [0] * (H - len(h)) for h in heads], dtype=torch.long).reshape(len(jobs), H)
-        pos = torch.tensor(starts).unsqueeze(1) + torch.arange(H).unsqueeze(0)
+        dev = self.device
+        mask = mask.to(dev)
+        ids = torch.tensor([h + [0] * (H - len(h)) for h in heads], dtype=torch.long, device=dev).reshape(len(jobs), H)
+        pos = torch.tensor(starts, device=dev).unsqueeze(1) + torch.arange(H, device=dev).unsqueeze(0)
         decoder = self.model.get_decoder()
         for c0 in range(0, H, self.prefill_step_size):
             c1 = min(H, c0 + self.prefill_step_size)
             decoder(input_ids=ids[:, c0:c1], attention_mask=mask[:, : P + c1], position_ids=pos[:, c0:c1], past_key_values=cache, use_cache=True)
-        live = _Live(cache, mask, torch.tensor([len(j.tokens) - 1 for j in jobs]))
+        live = _Live(cache, mask, torch.tensor([len(j.tokens) - 1 for j in jobs], device=dev))
         logprobs = self._step(live, [j.tokens[-1] for j in jobs])
         self.stats["padded_tokens"] += len(jobs) * (H + 1)
         return logprobs, live, P, H
 
     def _step(self, live: _Live, tokens: list[int]) -> np.ndarray:
         """One token per row at the mask's last column (already added for the prefill's last token)."""
-        return torch.log_softmax(self._step_logits(live, tokens).float(), dim=-1).numpy()
+        return torch.log_softmax(self._step_logits(live, tokens).float(), dim=-1).cpu().numpy()
 
     def _step_logits(self, live: _Live, tokens: list[int]) -> torch.Tensor:
         """`_step`'s raw next-token logits (rows × vocabulary), left on the model's device."""
-        ids = torch.tensor(tokens, dtype=torch.long).unsqueeze(1)
+        ids = torch.tensor(tokens, dtype=torch.long, device=self.device).unsqueeze(1)
         out = self.model(input_ids=ids, attention_mask=live.mask, position_ids=live.pos.unsqueeze(1), past_key_values=live.cache, use_cache=True)
         live.pos = live.pos + 1
         return out.logits[:, -1, :]
@@ -340,7 +349,8 @@ class HFLM(ModelLM):
                 mask = torch.zeros(len(prompts), P, dtype=torch.long)
                 for i, p in enumerate(prompts):
                     mask[i, P - len(p) :] = 1
-                live = _Live(self._past(chains, P, P + max_tokens), mask, torch.tensor([len(p) for p in prompts]))
+                pos = torch.tensor([len(p) for p in prompts], device=self.device)
+                live = _Live(self._past(chains, P, P + max_tokens), mask.to(self.device), pos)
                 return live, np.stack(first)
         jobs = [Job(p, [], 0, None) for p in prompts]
         logprobs, live, _, _ = self._prefill(jobs, reserve=max_tokens)
@@ -355,7 +365,7 @@ class HFLM(ModelLM):
         return self._step_logits(live, tokens)
 
     def _live_keep(self, live: _Live, rows: list[int]) -> _Live:
-        idx = torch.tensor(rows, dtype=torch.long)
+        idx = torch.tensor(rows, dtype=torch.long, device=self.device)
         live.cache.batch_select_indices(idx)
         mask = live.mask[idx]
         # drop the leading columns that are padding in every row left (the rows that needed them are gone)
@@ -388,9 +398,10 @@ class HFLM(ModelLM):
         for i, f in enumerate(feeds):
             ids[i, L - len(f) :] = torch.tensor(f, dtype=torch.long)
             block[i, L - len(f) :] = 1
+        ids, block = ids.to(self.device), block.to(self.device)
         lens = block.sum(dim=1)
         # row i's first new token sits at column L - lens[i] and takes position pos[i]
-        pos = ((live.pos + lens - L).unsqueeze(1) + torch.arange(L).unsqueeze(0)).clamp(min=0)  # padding: masked
+        pos = ((live.pos + lens - L).unsqueeze(1) + torch.arange(L, device=self.device).unsqueeze(0)).clamp(min=0)  # padding: masked
         live.mask = torch.cat([live.mask, block], dim=1)
         out = self.model(input_ids=ids, attention_mask=live.mask, position_ids=pos, past_key_values=live.cache,
                          use_cache=True, logits_to_keep=1)  # fmt: skip

@@ -96,8 +96,8 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--shapes", nargs="+", default=["tiny"], choices=["tiny", "small"],
                    help="MLX: model shapes (small: 512 wide, 8 layers, random init)")
     d.add_argument("--device", default="cpu",
-                   help="HF: the torch device of `generate` and the processors (e.g. cuda; our own loop, "
-                        "generate:*, runs on the CPU only and is skipped elsewhere)")
+                   help="HF: the torch device of the model, `generate` and the processors (e.g. cuda; there our "
+                        "own loop, generate:*, draws on the device, and /device is the default it measures)")
     d.add_argument("--loop-only", action="store_true",
                    help="HF: time only our own loop (generate:*, live KV and /trie), not transformers' generate")
     d.add_argument("--rejoin", action="store_true",

@@ -208,6 +208,15 @@ def _load_lm(backend: str, model_dir: str) -> Any:
     return lm
 
 
+def _wrap_lm(model: Any, tokenizer: Any) -> Any:
+    """`HFLM` over `model` where it is (an accelerator: inputs made there, tokens drawn there)."""
+    from backends.hf import HFLM
+
+    lm = HFLM(model, tokenizer)
+    lm.ensure_loaded()
+    return lm
+
+
 def _valid_rows(rows: list[list[int]], vocab: Any) -> int:
     from bench.oracle import is_valid
 
@@ -283,14 +292,16 @@ def _run_hf_part(args: Any, emit: Callable[[dict], None], say: Callable[[str], N
         say(f"[decode] hf: not available ({e}), skipped")
         return
     ctx = _setup(model_dir, args.peers, say)
-    ctx["lm"] = _load_lm("hf", model_dir) if _has_generate() and device == "cpu" else None
-    if device != "cpu":
-        say(f"[decode] hf on {device}: our own loop (generate:*) runs on the CPU only, skipped")
+    ctx["lm"] = None
+    if _has_generate():   # our loop's backend: its own copy of the model on the CPU, this one elsewhere
+        ctx["lm"] = _load_lm("hf", model_dir) if device == "cpu" else _wrap_lm(model, ctx["tok"])
     vocab = ctx["vocab"]
     prompt_ids = [ctx["tok"].encode(p, add_special_tokens=False) for p in PROMPTS]
     kinds = [] if getattr(args, "loop_only", False) else ["unconstrained", "ours"] + list(ctx["peers"])
     if ctx["lm"] is not None:   # our loop on its live KV batch, and (/trie) on the per-step trie path
-        kinds += ["generate:unconstrained", "generate:ours", "generate:unconstrained/trie", "generate:ours/trie"]
+        kinds += ["generate:unconstrained", "generate:ours"]
+        if device == "cpu":   # (the per-step trie path copies every row's logprobs to the host: not for a GPU)
+            kinds += ["generate:unconstrained/trie", "generate:ours/trie"]
         if getattr(args, "device_draw", False):   # the live loop drawing with torch ops (as on a GPU)
             kinds += ["generate:unconstrained/device", "generate:ours/device"]
         if getattr(args, "rejoin", False):   # forced runs re-entering through the trie instead of fed live
