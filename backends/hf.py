@@ -411,6 +411,10 @@ class HFLM(ModelLM):
         self.stats["forward_calls"] += 1
         return out.logits[:, -1, :]
 
+    def _await_forward(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
     def _host_logits(self, part: Any) -> np.ndarray:
         """Logits as numpy: a view of a float32 CPU tensor (no copy), else a float32 copy on the host."""
         if isinstance(part, torch.Tensor):

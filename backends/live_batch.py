@@ -74,6 +74,10 @@ class LiveDecoding:
             out.append(pick.draw(host[k][r]))  # type: ignore[index]
         return out
 
+    def _await_forward(self) -> None:
+        """Wait until the step's forward pass has run where a backend launches it asynchronously (a GPU),
+        so that `live_draw_ns` times the draw, not the model. The draw waits for the logits anyway."""
+
     def _live_slice(self, live: Any, row: int, start: int, end: int) -> Any:
         """Row `row`'s KV for positions ``[start, end)`` as a trie segment (fresh copies)."""
         raise NotImplementedError
@@ -117,6 +121,7 @@ class LiveDecoding:
         if joins:
             live, new = self._live_join(live, joins)
             parts.append(new)
+        self._await_forward()
         t0 = time.perf_counter_ns()
         ids = self._live_draw(parts, range(len(picks)), picks)
         self.stats["live_draw_ns"] += time.perf_counter_ns() - t0   # (with what a lazy framework left to run)
