@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from constrained.index_masks import MLXIndexMask, TorchIndexMask, mask_cache
+from constrained.index_masks import MLXIndexMask, TorchIndexMask, TorchRowMask, mask_cache, torch_mask_form
 
 if TYPE_CHECKING:  # pragma: no cover
     import mlx.core as mx
@@ -110,15 +110,16 @@ def torch_draw(logits: torch.Tensor, picks: Sequence[Pick]) -> list[int]:
     return out  # type: ignore[return-value]
 
 
-def _torch_mask(pick: Pick, cols: int, device: Any) -> TorchIndexMask | None:
-    """The pick's mask as index ids on `device`: its state's cached one, or made from steered ids."""
+def _torch_mask(pick: Pick, cols: int, device: Any) -> TorchIndexMask | TorchRowMask | None:
+    """The pick's mask on `device`: its state's cached one (`torch_mask_form`), or index ids made from
+    steered ids."""
     import torch
 
     if pick.ids is None:
         return None
     if pick.fsm is None:
         return TorchIndexMask(True, torch.from_numpy(pick.ids.astype(np.int64)).to(device))
-    cache = mask_cache(pick.fsm, TorchIndexMask)
+    cache = mask_cache(pick.fsm, torch_mask_form(device))
     key = (pick.state, cols, device)
     mask = cache.get(key)
     return mask if mask is not None else cache.put(key, pick.fsm.bitmask(pick.state))

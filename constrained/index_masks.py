@@ -7,8 +7,10 @@ ids, so a cache holds every state a generation visits. Additive rows of
 rebuilt every few steps of a wandering model (160 distinct masks in 64 steps
 of 8 rows), and a boolean `masked_fill` costs ~650 us per row on one CPU
 thread. Each framework has its form: `MLXIndexMask` (`put_along_axis`) and
-`TorchIndexMask` (`index_copy_` / `index_fill_`); both leave the input
-logits unchanged.
+`TorchIndexMask` (`index_copy_` / `index_fill_`); all leave the input
+logits unchanged. On a GPU, where a call costs its launch rather than its
+bytes, torch masks are boolean rows instead (`TorchRowMask`, one
+`masked_fill` for a whole batch).
 
 The framework modules are imported inside the functions that need them.
 
@@ -34,8 +36,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from constrained.token_fsm import TokenFSM
 
-__all__ = ["MaskCache", "HostIndexMask", "MLXIndexMask", "TorchIndexMask", "apply_torch_masks", "mask_cache", "mask_ids",
-           "unpack_bits", "MASK_BYTES"]
+__all__ = ["MaskCache", "HostIndexMask", "MLXIndexMask", "TorchIndexMask", "TorchRowMask", "apply_torch_masks",
+           "mask_cache", "mask_ids", "torch_mask_form", "unpack_bits", "MASK_BYTES"]
 
 # Ready masks per FSM and framework, at most this many bytes each.
 MASK_BYTES = 32 << 20
@@ -198,12 +200,50 @@ class TorchIndexMask:
             out.index_fill_(dim, self.ids, float("-inf"))
 
 
-def apply_torch_masks(scores: torch.Tensor, masks: list[TorchIndexMask]) -> torch.Tensor:
-    """New scores with row r masked by masks[r] (all rows at once when they share one mask)."""
+class TorchRowMask:
+    """One state's mask over `cols` score columns on an accelerator (key: (state, cols, device)): a
+    boolean row of the forbidden ids, applied by one `masked_fill` / `where`.
+
+    On a GPU each torch call costs its launch on the host (~10 µs of Python and driver), not its
+    bytes, so one call over the whole row beats `TorchIndexMask`'s three, and the rows of a batch are
+    masked by one call too. A row costs one byte per token (151 KB for Qwen2's vocabulary) of device
+    memory, within the cache's `MASK_BYTES`.
+    """
+
+    __slots__ = ("forbid", "nbytes")
+
+    def __init__(self, forbid: torch.Tensor) -> None:
+        self.forbid, self.nbytes = forbid, int(forbid.nbytes)
+
+    @classmethod
+    def of(cls, packed: np.ndarray, key: tuple[Any, ...]) -> TorchRowMask:
+        import torch
+
+        _state, cols, device = key
+        return cls(torch.from_numpy(~unpack_bits(packed, cols)).to(device))
+
+    def write(self, out: torch.Tensor, scores: torch.Tensor) -> None:
+        """`out` = `scores` with this mask applied, along the last dimension."""
+        out.copy_(scores)
+        out.masked_fill_(self.forbid, float("-inf"))
+
+
+def torch_mask_form(device: torch.device) -> type:
+    """The mask form for scores on `device`: index ids on the CPU (touching only the ids a mask
+    names), boolean rows elsewhere (one launch)."""
+    return TorchIndexMask if device.type == "cpu" else TorchRowMask
+
+
+def apply_torch_masks(scores: torch.Tensor, masks: list[TorchIndexMask] | list[TorchRowMask]) -> torch.Tensor:
+    """New scores with row r masked by masks[r] (all rows at once when they share one mask, or when they
+    are `TorchRowMask`s)."""
     import torch
 
-    out = torch.empty_like(scores)
     first = masks[0]
+    if isinstance(first, TorchRowMask):
+        forbid = first.forbid if all(m is first for m in masks) else torch.stack([m.forbid for m in masks])
+        return scores.masked_fill(forbid, float("-inf"))
+    out = torch.empty_like(scores)
     if all(m is first for m in masks):
         first.write(out, scores)
         return out

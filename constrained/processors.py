@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from constrained.errors import IncompatibleVocabularyError
-from constrained.index_masks import MLXIndexMask, TorchIndexMask, apply_torch_masks, mask_cache, unpack_bits
+from constrained.index_masks import MLXIndexMask, apply_torch_masks, mask_cache, torch_mask_form, unpack_bits
 
 if TYPE_CHECKING:  # pragma: no cover
     import mlx.core as mx
@@ -275,11 +275,12 @@ def hf_logits_processor(constraints: Sequence[Any] | Any, tokenizer: Any, *, reg
         """Masks each row to its constraint's allowed tokens (EOS only once done).
 
         A step reads each row's new ids (one `tolist` of the last column in the
-        usual one-token step), looks up the row's ready mask (`TorchIndexMask`: the
-        allowed or the forbidden token ids, whichever are fewer, on the scores'
-        device, built once per FSM state and shared by every processor of that
-        constraint: `index_masks.mask_cache`) and writes the masked scores; rows in
-        one state are masked together. Index masks are small (most states allow
+        usual one-token step), looks up the row's ready mask (on the CPU `TorchIndexMask`:
+        the allowed or the forbidden token ids, whichever are fewer; on an accelerator
+        `TorchRowMask`, a boolean row applied by one call; built once per FSM state
+        and device and shared by every processor of that constraint:
+        `index_masks.mask_cache`) and writes the masked scores; rows in one state are
+        masked together. Index masks are small (most states allow
         or forbid a few hundred ids), so the cache holds every state a
         generation visits; additive rows of 0 / -inf (512 KB each for 128k
         tokens) were evicted and rebuilt at every few steps of a wandering
@@ -309,9 +310,10 @@ def hf_logits_processor(constraints: Sequence[Any] | Any, tokenizer: Any, *, reg
                 return input_ids[r, start:].tolist()
 
             masks = []
+            form = torch_mask_form(scores.device)
             for r, cursor in enumerate(self.cursors):
                 cursor.sync(length, lambda start, r=r: tail(start, r))
-                cache = mask_cache(cursor.fsm, TorchIndexMask)
+                cache = mask_cache(cursor.fsm, form)
                 key = (cursor.mask_state(), cols, scores.device)
                 mask = cache.get(key)
                 if mask is None:
