@@ -57,6 +57,19 @@ class InvalidSchemaError(ConstraintError):
         super().__init__(text)
 
 
+def _shown(pattern: str, limit: int = 160) -> str:
+    """`pattern` as quoted in a message: whole, or its two ends around its length when long.
+
+    Example:
+        >>> _shown("a" * 400, 20)
+        "'aaaaaaaaaa'...(400 characters)...'aaaaaaaaaa'"
+    """
+    if len(pattern) <= limit:
+        return repr(pattern)
+    half = limit // 2
+    return f"{pattern[:half]!r}...({len(pattern)} characters)...{pattern[-half:]!r}"
+
+
 class RegexSyntaxError(ConstraintError):
     """The pattern is not a valid regular expression."""
 
@@ -64,7 +77,7 @@ class RegexSyntaxError(ConstraintError):
         self.pattern = pattern
         self.position = position
         where = f" at position {position}" if position is not None else ""
-        super().__init__(f"invalid regex {pattern!r}{where}: {message}")
+        super().__init__(f"invalid regex {_shown(pattern)}{where}: {message}")
 
 
 class UnsupportedRegexError(ConstraintError):
@@ -81,7 +94,7 @@ class UnsupportedRegexError(ConstraintError):
         self.position = position
         where = f" at position {position}" if position is not None else ""
         super().__init__(
-            f"{construct}{where} of regex {pattern!r} cannot be compiled to a finite automaton"
+            f"{construct}{where} of regex {_shown(pattern)} cannot be compiled to a finite automaton"
         )
 
 

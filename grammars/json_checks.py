@@ -122,6 +122,18 @@ def _unsupported(s: dict) -> list[str]:
     return out
 
 
+def _why(key: str, s: dict, path: str) -> str:
+    """Why `_unsupported` refuses `key` of `s` (at `path`)."""
+    if key == "if":
+        why: list[str] = []
+        negation(s["if"], why=why, at=f"{path}.if")
+        return ("the instances the condition rejects (its negation) have no exact form here"
+                + (f": {why[0]}" if why else ""))
+    if key in ("$dynamicRef", "$recursiveRef"):
+        return "dynamic references are not resolved here; use `$ref`"
+    return "a dependent schema of this form does not compile exactly"
+
+
 def _exact_dependencies(key: str, value: Any) -> bool:
     """Whether `dependentRequired` / `dependentSchemas` / `dependencies` `value` is of the forms
     compiled exactly: names required by a name, and dependent schemas that only require names or
@@ -198,7 +210,7 @@ def check_schema(s: dict, path: str, approximate: bool, warn_unknown: bool = Tru
         s = {**s, **floats} if floats else s
     drop = _unsupported(s)
     if drop and not approximate:
-        raise UnsupportedSchemaError(drop[0], path)
+        raise UnsupportedSchemaError(drop[0], path, _why(drop[0], s, path))
     for key in s if warn_unknown else ():
         if key not in KNOWN_KEYWORDS and key not in _DRAFT_KEYWORDS.get(draft, ()):
             vendor = key.startswith("x-")

@@ -172,7 +172,8 @@ def negation(s: Schema, resolve: Callable[[Schema], Schema] | None = None,
     Negation goes through `not` (twice is none), `allOf` and `anyOf` (De Morgan), and splits a schema's
     keywords (each constrains alone): types and scalar `enum`/`const` are excluded by `not`; a
     `required` name becomes "an object without it"; a property's schema, "an object with it, and
-    its value valid under the property's negation"; `contains` (without `minContains`/`maxContains`),
+    its value valid under the property's negation"; `if`, "valid under it and not under `then`, or
+    under neither it nor `else`"; `contains` (without `minContains`/`maxContains`),
     "an array whose items are all valid under its negation"; `items` (one schema), "an array with
     an item valid under its negation"; `oneOf`, "none of its branches, or two that may overlap
     (not provably `disjoint`)"; a bound, a value of its type beyond
@@ -280,6 +281,24 @@ def _negation(s: Schema, resolve: Callable[[Schema], Schema] | None, depth: int,
             parts.append({"type": "string", "not": {"format": value}})       # a string not in the format
         elif key == "propertyNames" and value is False:
             parts.append({"type": "object", "minProperties": 1})             # an object with any member
+        elif key == "if":
+            # fails where the condition holds and `then` fails, or it fails and `else` does
+            then, other = s.get("then", True), s.get("else", True)
+            if then is not True:
+                neg = _negation(then, resolve, inner, left, why, f"{at}.then")
+                if neg is None:
+                    return None
+                if neg is not False:
+                    parts.append({"allOf": [value, neg]})
+            if other is not True:
+                neg = _negation(other, resolve, inner, left, why, f"{at}.else")
+                cond = None if neg is None else _negation(value, resolve, inner, left, why, f"{at}.if")
+                if cond is None:
+                    return None
+                if neg is not False and cond is not False:
+                    parts.append({"allOf": [cond, neg]})
+        elif key in ("then", "else"):
+            continue                                # (with `if`, above; alone they constrain nothing)
         elif key == "contains":       # (with minContains or maxContains beside it: no form, below)
             neg = _negation(value, resolve, inner, left, why, f"{at}.contains")
             if neg is None:

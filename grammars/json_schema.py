@@ -71,7 +71,7 @@ from grammars.ast import (
 )
 from grammars.ecma import leading_lookarounds
 from grammars.errors import (
-    InvalidSchemaError, RegexSyntaxError, SchemaNote, UnsupportedRegexError, UnsupportedSchemaError,
+    InvalidSchemaError, RegexSyntaxError, SchemaNote, StateBudgetError, UnsupportedRegexError, UnsupportedSchemaError,
 )
 from grammars.json_checks import KNOWN_KEYWORDS, check_schema
 from grammars.json_doubles import (
@@ -227,9 +227,9 @@ class Compiler:
         checkpoint()                     # compiled: let other threads in (see `grammars.native`)
         if self._depth >= MAX_NESTING:
             where = path if len(path) <= 160 else f"{path[:80]}...{path[-60:]}"
-            raise UnsupportedSchemaError("$ref", where, f"the schema nests more than {MAX_NESTING} levels here; a "
-                                         "recursive $ref merged with other keywords (allOf, siblings) would unroll "
-                                         "without end")
+            raise StateBudgetError(MAX_NESTING, f"the subschema at {where}", unit="levels of nesting (a recursive "
+                                   "`$ref` merged with other keywords, allOf or siblings, unrolls without end)",
+                                   option=None)
         self._depth += 1
         try:
             out = self._node(s, path, base)

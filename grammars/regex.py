@@ -40,6 +40,7 @@ from typing import Callable
 
 from grammars import charsets as cs
 from grammars.ast import EMPTY, NOTHING, Grammar, Node, alt, codepoints, repeat, seq, star
+from grammars.deep import deep_call
 from grammars.errors import RegexSyntaxError, UnsupportedRegexError
 from grammars.nfa import gc_paused
 from grammars.trie import is_word_list, trie_alt, word_list
@@ -155,11 +156,12 @@ def _parse(pattern: str, source: str, flags: int, origin: list[int] | None):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "possible nested set" FutureWarnings
         try:
-            return _parser.parse(source, flags)
+            # (sre's parser recurses per nested group: deeply nested ones parse on a deep stack)
+            return deep_call(_parser.parse, source, flags)
         except re.error as exc:
             pos = exc.pos if origin is None or exc.pos is None else origin[min(exc.pos, len(origin) - 1)]
             raise RegexSyntaxError(pattern, exc.msg, pos) from None
-        except (OverflowError, RecursionError, ValueError) as exc:  # bad flags, huge counts
+        except (OverflowError, ValueError) as exc:  # bad flags, huge counts
             raise RegexSyntaxError(pattern, str(exc) or type(exc).__name__) from None
 
 

@@ -415,6 +415,12 @@ UNSUPPORTED = [
 ]
 
 
+def test_an_if_whose_condition_has_no_negation_says_why():
+    with pytest.raises(UnsupportedSchemaError, match=r"`if` is not supported at \$\.if: the instances the condition "
+                                                     r"rejects .* `multipleOf` at \$\.if has no negation here"):
+        json_schema_grammar({"if": {"multipleOf": 3}, "then": {"maximum": 5}})
+
+
 @pytest.mark.parametrize("schema,keyword,path", UNSUPPORTED)
 def test_unsupported_names_keyword_and_path(schema, keyword, path):
     with pytest.raises(UnsupportedSchemaError) as err:

@@ -171,6 +171,31 @@ def test_absurd_nesting_is_a_budget_error_not_a_crash() -> None:
     assert len(lines) == 2 and all("the schema's nesting needs more than" in line for line in lines), lines
 
 
+def test_nesting_past_the_compilers_limit_names_where(vocabulary) -> None:
+    """2,500 nested `items` (no `$ref`): a budget error at the subschema that reached the limit."""
+    schema: dict = {"type": "integer"}
+    for _ in range(2500):
+        schema = {"type": "array", "items": schema}
+    with pytest.raises(StateBudgetError, match=r"the subschema at \$\.items\.items.* needs more than 2000 levels of "
+                                               r"nesting") as err:
+        compile_json_schema(schema, vocabulary("gpt-2"))
+    assert len(str(err.value)) < 600                           # the path is shortened in the middle
+
+
+def test_deeply_nested_regex_groups_compile(vocabulary) -> None:
+    """Python's regex parser recurses per group: 3,000 nested groups parse on a deep stack (they were
+    reported as an invalid regex, "maximum recursion depth exceeded")."""
+    fsm = compile_regex("(" * 3000 + "ab" + ")" * 3000, vocabulary("gpt-2"))
+    assert fsm.matches(b"ab") and not fsm.matches(b"a")
+
+
+def test_regex_errors_quote_long_patterns_by_their_ends() -> None:
+    bad = "a" * 5000 + "("
+    with pytest.raises(ConstraintError, match=r"'aaaa.*'\.\.\.\(5001 characters\)\.\.\.'a*\('") as err:
+        regex_grammar(bad)
+    assert len(str(err.value)) < 400
+
+
 def test_bounds_past_64_bits(vocabulary) -> None:
     """Counters are 64-bit: a larger maximum admits every text that could be written (it was an
     OverflowError), a larger minimum is a budget error naming the repeat."""
@@ -242,7 +267,8 @@ def test_recursion_through_a_one_branch_allof_is_a_rule() -> None:
 def test_recursion_through_a_merge_is_refused_with_the_path(vocabulary) -> None:
     schema = {"definitions": {"n": {"type": "object", "properties": {
         "c": {"allOf": [{"$ref": "#/definitions/n"}, {"minProperties": 0}]}}}}, "$ref": "#/definitions/n"}
-    with pytest.raises(ConstraintError, match=r"\$\.definitions\.n\.properties\.c.*nests more than \d+ levels"):
+    with pytest.raises(StateBudgetError, match=r"at \$\.definitions\.n\.properties\.c.* needs more than \d+ levels of "
+                                               r"nesting \(a recursive `\$ref` merged"):
         compile_json_schema(schema, vocabulary("gpt-2"))
 
 
