@@ -179,7 +179,8 @@ def negation(s: Schema, resolve: Callable[[Schema], Schema] | None = None,
     (not provably `disjoint`)"; a bound, a value of its type beyond
     it (`minimum: 3` fails on numbers below 3, `maxLength: 5` on strings of 6 or more); a
     `pattern` or a `format`, a string that does not match it; `propertyNames: false`, an object
-    with a member. Other keywords (`multipleOf`, `additionalProperties`, ...) have no such form here.
+    with a member; `propertyNames` that rules out listed names (`not` of an `enum` or `const`), an
+    object with one of them. Other keywords (`multipleOf`, `additionalProperties`, ...) have no such form here.
 
     `resolve`, where given, is applied to `s` and to every subschema negated inside it first: the
     compiler's (`Compiler.resolving`) merges a `$ref` and `allOf` in and drops what it ignores
@@ -281,6 +282,9 @@ def _negation(s: Schema, resolve: Callable[[Schema], Schema] | None, depth: int,
             parts.append({"type": "string", "not": {"format": value}})       # a string not in the format
         elif key == "propertyNames" and value is False:
             parts.append({"type": "object", "minProperties": 1})             # an object with any member
+        elif key == "propertyNames" and _listed_names(value) is not None:
+            # names not in a list: fails on an object with a member of the list
+            parts.extend({"type": "object", "required": [n]} for n in _listed_names(value))
         elif key == "if":
             # fails where the condition holds and `then` fails, or it fails and `else` does
             then, other = s.get("then", True), s.get("else", True)
@@ -318,6 +322,18 @@ def _negation(s: Schema, resolve: Callable[[Schema], Schema] | None, depth: int,
     if not parts:
         return False
     return parts[0] if len(parts) == 1 else {"anyOf": parts}
+
+
+def _listed_names(names: Schema) -> list[str] | None:
+    """The names ``{"not": {"enum": [...]}}`` (or `const`) as `propertyNames` rules out, else None."""
+    if not (isinstance(names, dict) and set(names) == {"not"} and isinstance(names["not"], dict)):
+        return None
+    listed = names["not"]
+    if set(listed) == {"enum"} and isinstance(listed["enum"], list):
+        return [n for n in listed["enum"] if isinstance(n, str)]
+    if set(listed) == {"const"}:
+        return [listed["const"]] if isinstance(listed["const"], str) else []
+    return None
 
 
 # Keywords that look at instances of one JSON type only (every value of another type passes them).

@@ -746,8 +746,16 @@ class Compiler:
 
         if pattern not in self._matchers:
             self.pattern_body(pattern, path)  # validates and reports errors with the path
-            self._matchers[pattern] = LazyDFA(Grammar({"start": _regex(pattern, None)}))
-        return self._matchers[pattern].matches(name.encode())
+            try:
+                self._matchers[pattern] = LazyDFA(Grammar({"start": _regex(pattern, None)}))
+            except UnsupportedRegexError:     # `^(?=X)(?!Y)Z`, which `pattern_body` compiled by parts
+                self._matchers[pattern] = leading_lookarounds(pattern)
+        matcher = self._matchers[pattern]
+        if isinstance(matcher, tuple):        # Z matches, and each lookahead holds or fails as it should
+            looks, rest = matcher
+            return self.pattern_matches(f"^(?:{rest})", name, path) and all(
+                self.pattern_matches(f"^(?:{x})", name, path) == positive for positive, x in looks)
+        return matcher.matches(name.encode())
 
     def pattern_universal(self, pattern: Any, path: str) -> bool:
         """Whether the ECMA regex (search) matches every property name: a product walk of its
@@ -760,6 +768,8 @@ class Compiler:
         if "[\\s\\S]*" not in self._matchers:
             self._matchers["[\\s\\S]*"] = LazyDFA(Grammar({"start": _regex("[\\s\\S]*", None)}))
         every, it = self._matchers["[\\s\\S]*"], self._matchers[pattern]
+        if isinstance(it, tuple):                        # lookaheads (see `pattern_matches`): not proven
+            return False
         seen = {(every.initial, it.initial)}
         todo = list(seen)
         while todo:

@@ -413,6 +413,16 @@ CORPUS: list[dict] = [
     case("one_of_if_branches", {"oneOf": [{"if": {"type": "integer"}, "then": {"minimum": 0}, "else": {"type": "string"}},
                                           {"type": "string", "maxLength": 2}]},
          [0, 7, "abc", "hello"], [-1, "ab", "", True, None]),
+    # propertyNames ruling out listed names, negated: an object with one of them
+    case("not_property_names_listed", {"type": "object", "not": {"anyOf": [
+        {"propertyNames": {"not": {"enum": ["1", "3"]}}}, {"propertyNames": {"not": {"const": "2"}}}]}},
+         [{"1": 0, "2": 0}, {"3": [], "2": None, "x": 1}], [{}, {"1": 0}, {"2": 0, "4": 1}, {"3": 1}, "x", 2],
+         options={"any_order": True},               # (required names from merged branches: any order)
+         hypothesis=False),                          # (hypothesis-jsonschema cannot draw from this `not`)
+    # a declared name matched against a pattern with a lookahead (by its parts)
+    case("pattern_properties_lookahead_declared", {"type": "object", "patternProperties": {"^(?!a)": {"type": "integer"}},
+                                                   "properties": {"ab": {}, "b": {"minimum": 3}}},
+         [{"ab": "x"}, {"b": 3}, {"zz": 1}, {"ax": "s", "b": 4}], [{"b": "x"}, {"b": 2}, {"zz": "a"}]),
     case("if_pattern_then", {"type": "string", "if": {"pattern": "^a"}, "then": {"maxLength": 3},
                              "else": {"minLength": 2}},
          ["abc", "a", "bb", "\u00e9\u00e9"], ["abcd", "b", ""]),
