@@ -132,14 +132,14 @@ def _logic(out: dict) -> None:
                 out.pop(key, None)
         if neg is not None:                       # (if and then) or (not if and else)
             out["allOf"] = [*out.get("allOf", []), {"anyOf": [{"allOf": [cond, then]}, {"allOf": [neg, other]}]}]
-    if "not" in out and not _plain_not(out["not"]):
+    if "not" in out and not plain_not(out["not"]):
         neg = negation(out["not"])
         if neg is not None:
             del out["not"]
             out["allOf"] = [*out.get("allOf", []), neg]
 
 
-def _plain_not(n: Schema) -> bool:
+def plain_not(n: Schema) -> bool:
     """`not: n` of the forms the compiler excludes directly: types, scalar enum/const, a pattern, a format,
     anyOf of those."""
     if isinstance(n, bool):
@@ -148,7 +148,7 @@ def _plain_not(n: Schema) -> bool:
         return False
     keys = {k for k in n if k not in ANNOTATIONS}
     if keys == {"anyOf"}:
-        return isinstance(n["anyOf"], list) and all(_plain_not(b) for b in n["anyOf"])
+        return isinstance(n["anyOf"], list) and all(plain_not(b) for b in n["anyOf"])
     if "pattern" in keys:      # strings matching it (`json_string_sets`)
         return keys <= {"type", "pattern"} and n.get("type", "string") == "string"
     if "format" in keys:       # strings in it (the same)

@@ -81,7 +81,8 @@ from grammars.json_doubles import (
 from grammars.json_formats import FORMATS, format_node
 from grammars.json_length import DEFAULT_SIZE_BUDGET, restrict_length
 from grammars.json_merge import (
-    ANNOTATIONS, KEYWORD_TYPE, NOT_IN_DRAFT, TYPES, UNEVALUATED, Merger, disjoint, negation, normalize, type_set, whole_types,
+    ANNOTATIONS, KEYWORD_TYPE, NOT_IN_DRAFT, TYPES, UNEVALUATED, Merger, disjoint, negation, normalize, plain_not, type_set,
+    whole_types,
 )
 from grammars.json_numbers import (
     ANY_NUMBER, Interval, integer_multiples, literal_set, number_interval, number_value,
@@ -255,6 +256,8 @@ class Compiler:
         if self.draft in NOT_IN_DRAFT and not s.keys().isdisjoint(NOT_IN_DRAFT[self.draft]):
             self._not_in_draft(s, path)
         s = normalize(s, self.draft)
+        if "not" in s and not plain_not(s["not"]):
+            s = self._not_as_negation(s, path, base)
         merged = False                         # `normalize` keeps checked keywords well-formed; merging may not
         if "unevaluatedProperties" in s or "unevaluatedItems" in s:
             s, merged = self._unevaluated(s, path, base), True
@@ -277,6 +280,17 @@ class Compiler:
         if "anyOf" in s or "oneOf" in s:
             return self._branches(s, path, base)
         return self._typed(s, path, base)
+
+    def _not_as_negation(self, s: dict, path: str, base: str) -> dict:
+        """`s` with a `not` that `_typed` cannot exclude directly replaced by its negation, found with
+        the subschema's `$ref`s and `allOf`s resolved (`normalize` had none without them)."""
+        why: list[str] = []
+        neg = negation(s["not"], self.resolving(f"{path}.not", base), why, f"{path}.not")
+        if neg is None:
+            raise UnsupportedSchemaError("not", path, "the values it rules out have no exact form here"
+                                         + (f": {why[0]}" if why else ""))
+        rest = {k: v for k, v in s.items() if k != "not"}
+        return {**rest, "allOf": [*rest.get("allOf", []), neg]}
 
     def _unevaluated(self, s: dict, path: str, base: str) -> Any:
         """`s` with `unevaluatedProperties` / `unevaluatedItems` where what they see does not depend on

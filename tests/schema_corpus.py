@@ -419,6 +419,11 @@ CORPUS: list[dict] = [
          [{"1": 0, "2": 0}, {"3": [], "2": None, "x": 1}], [{}, {"1": 0}, {"2": 0, "4": 1}, {"3": 1}, "x", 2],
          options={"any_order": True},               # (required names from merged branches: any order)
          hypothesis=False),                          # (hypothesis-jsonschema cannot draw from this `not`)
+    # `not` of a `$ref` negated with the reference resolved
+    case("not_ref_object", {"type": "object", "not": {"$ref": "#/$defs/car"},
+                            "$defs": {"car": {"properties": {"kind": {"enum": ["car"]}}, "required": ["kind"]}}},
+         [{}, {"kind": "bike"}, {"kind": 1, "wheels": 2}], [{"kind": "car"}, {"wheels": 4, "kind": "car"}, "car"],
+         hypothesis=False),
     # a declared name matched against a pattern with a lookahead (by its parts)
     case("pattern_properties_lookahead_declared", {"type": "object", "patternProperties": {"^(?!a)": {"type": "integer"}},
                                                    "properties": {"ab": {}, "b": {"minimum": 3}}},
