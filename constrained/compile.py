@@ -149,7 +149,7 @@ def compile_grammar(grammar, vocab: "Vocabulary", *, max_states: int = MAX_STATE
     dfa = dfa_class(grammar, max_states=max_states, max_depth=int(max_depth))
     if dfa.is_empty:       # not the vocabulary's fault: say so before any token is looked at
         raise EmptyConstraintError(grammar.info.get("kind", "constraint"), grammar.info.get("empty_at"))
-    return TokenFSM(dfa, vocab)
+    return TokenFSM(dfa, vocab, leading_gap=grammar.info.get("leading_gap"))
 
 
 def clear_cache() -> None:
