@@ -157,7 +157,7 @@ class VocabIndex:
         return sl
 
     def gap_starts(self, policy: "WhitespacePolicy") -> GapStarts:
-        """Where a JSON document's first mask walks from, under whitespace `policy` (`lead_gap`; per policy, memoized)."""
+        """Where a JSON document's first mask walks from under whitespace `policy` (`lead_gap`), memoized."""
         got = self._gap_starts.get(policy)
         if got is None:
             got = self._gap_starts[policy] = gap_starts(self.trie, policy)
