@@ -68,12 +68,21 @@ _held = {"bytes": 0, "since": 0}          # their sum; compiles since the last c
 # switch interval; waking every 1 ms cost the benchmark's masks 3-4%). Between
 # slices it sleeps `_REAP_PAUSE_S`, which lets go of the GIL: a thread that wants
 # it back (a kernel returning, a request arriving) gets it then, instead of after
-# the 5 ms switch interval.
+# the 5 ms switch interval. Evictions are handed over `_REAP_BATCH` at a time (or
+# sooner when they hold `_REAP_BATCH_BYTES`): each handing over wakes the reaper,
+# which had nothing left to do, inside the compile that evicted. On one core that
+# woke it at once and switched threads twice (and once more for the GIL); in the
+# benchmark's worker, whose cache is full after 128 schemas, `_drop` was 10-13%
+# of the median compile (py-spy), evicting one FSM per compile.
 _reap: "queue.SimpleQueue[list[TokenFSM]]" = queue.SimpleQueue()
 _REAP_SLICE_S = 20e-6
 _IDLE_S = 5e-3
 _REAP_PAUSE_S = 50e-6
 _REAP_BACKLOG = 16
+_REAP_BATCH = 8
+_REAP_BATCH_BYTES = 32 << 20
+_evicted: list[TokenFSM] = []             # evicted, not handed to the reaper yet (`_drop`)
+_evicted_bytes = [0]                      # what they held when last measured
 _reaper: threading.Thread | None = None
 
 
@@ -149,7 +158,7 @@ def compile_grammar(grammar, vocab: "Vocabulary", *, max_states: int = MAX_STATE
     dfa = dfa_class(grammar, max_states=max_states, max_depth=int(max_depth))
     if dfa.is_empty:       # not the vocabulary's fault: say so before any token is looked at
         raise EmptyConstraintError(grammar.info.get("kind", "constraint"), grammar.info.get("empty_at"))
-    return TokenFSM(dfa, vocab)
+    return TokenFSM(dfa, vocab, leading_gap=grammar.info.get("leading_gap"))
 
 
 def clear_cache() -> None:
@@ -158,6 +167,8 @@ def clear_cache() -> None:
         _cache.clear()
         _sizes.clear()
         _held["bytes"] = _held["since"] = 0
+        _evicted.clear()
+        _evicted_bytes[0] = 0
 
 
 def _cached(key: Hashable, build: Callable[[], TokenFSM]) -> TokenFSM:
@@ -197,18 +208,32 @@ def _cached(key: Hashable, build: Callable[[], TokenFSM]) -> TokenFSM:
 
 def _evict_oldest() -> TokenFSM:
     key, fsm = _cache.popitem(last=False)
-    _held["bytes"] -= _sizes.pop(key)
+    size = _sizes.pop(key)
+    _held["bytes"] -= size
+    _evicted_bytes[0] += size
     return fsm
 
 
 def _drop(fsms: list[TokenFSM]) -> None:
-    """Free `fsms` on the reaper thread (started on first use), off the compiling caller's path."""
+    """Free `fsms` on the reaper thread (started on first use), off the compiling caller's path,
+    once `_REAP_BATCH` evicted FSMs (or `_REAP_BATCH_BYTES`) wait: see `_REAP_BATCH`."""
     global _reaper
     with _lock:
+        _evicted.extend(fsms)
+        if len(_evicted) < _REAP_BATCH and _evicted_bytes[0] < _REAP_BATCH_BYTES:
+            return
+        batch = _evicted[:]
+        _evicted.clear()
+        _evicted_bytes[0] = 0
         if _reaper is None or not _reaper.is_alive():
             _reaper = threading.Thread(target=_reap_forever, name="constrained-cache-reaper", daemon=True)
             _reaper.start()
-    _reap.put(fsms)
+    _reap.put(batch)
+
+
+def _backlogged() -> bool:
+    """Whether `_REAP_BACKLOG` evicted FSMs or more wait for the reaper (in batches of `_REAP_BATCH`)."""
+    return _reap.qsize() * _REAP_BATCH >= _REAP_BACKLOG
 
 
 def _reap_forever() -> None:
@@ -221,7 +246,7 @@ def _reap_forever() -> None:
                 end = time.perf_counter() + _REAP_SLICE_S
                 for _ in _dismantle(fsm):
                     if time.perf_counter() > end:
-                        if _reap.qsize() < _REAP_BACKLOG:
+                        if not _backlogged():
                             time.sleep(_REAP_PAUSE_S)
                         _wait_idle()
                         end = time.perf_counter() + _REAP_SLICE_S
@@ -230,7 +255,7 @@ def _reap_forever() -> None:
 
 def _wait_idle() -> None:
     """Return once nothing was compiled or computed for `_IDLE_S`, or at once if evictions pile up."""
-    while _reap.qsize() < _REAP_BACKLOG:
+    while not _backlogged():
         quiet = WORK.idle_for()
         if quiet >= _IDLE_S:
             return

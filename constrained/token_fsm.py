@@ -35,6 +35,7 @@ from constrained.vocab_index import VocabIndex
 if TYPE_CHECKING:
     from constrained.guide import Guide
     from constrained.vocab import Vocabulary
+    from grammars.json_values import WhitespacePolicy
 
 __all__ = ["TokenFSM", "StateMasks", "FINISHED"]
 
@@ -189,6 +190,10 @@ class TokenFSM:
         vocab: the `Vocabulary` whose ids the masks are over.
         use_slices: disable to measure the slice optimization.
 
+        leading_gap: the `WhitespacePolicy` of a JSON document's leading gap, when the
+            constraint is one (gap, then a value, which never starts with whitespace):
+            the first mask then skips the vocabulary's whitespace runs (`lead_gap`).
+
     Raises:
         IncompatibleVocabularyError: no token can start a match (and the empty
             string is not one).
@@ -197,12 +202,15 @@ class TokenFSM:
         >>> # see the module docstring
     """
 
-    def __init__(self, dfa, vocab: "Vocabulary", use_slices: bool = True) -> None:
+    def __init__(self, dfa, vocab: "Vocabulary", use_slices: bool = True,
+                 leading_gap: "WhitespacePolicy | None" = None) -> None:
         self.dfa = dfa
         self.vocab = vocab
         self.index = VocabIndex.for_vocab(vocab)
         self.initial = int(dfa.initial)
         self._use_slices = use_slices
+        # a JSON document's leading whitespace, walked the short way in the first mask (`lead_gap`)
+        self._lead = self.index.gap_starts(leading_gap) if leading_gap is not None else None
         self._memo: dict[int, StateMasks] = {}
         self._held = 0                            # bytes of the memoized tables when computed (see `held_bytes`)
         self.report: tuple = ()                   # a schema's compile report (`grammars.errors.SchemaNote`s)
@@ -343,7 +351,9 @@ class TokenFSM:
         walk_args = (dfa.byte_class, lambda: dfa.table, dfa.expand)
         native = getattr(dfa, "walk_tokens", None)      # a JitDFA walks and expands in one kernel
         trie = self.index.trie
-        if view is None:
+        if view is None and native is not None and self._lead is not None and state == self.initial:
+            ids, nxt = self._walk_lead(state, native)
+        elif view is None:
             ids, nxt = trie.walk(state, *walk_args, native=native)
         else:
             # nodes above the exits are inside the slice, in known states: start at the exits;
@@ -365,6 +375,20 @@ class TokenFSM:
         if accepting:
             bitmask |= self.index.eos_bitmask
         return StateMasks(ids, nxt, view, accepting, bitmask, sorted=False)
+
+    def _walk_lead(self, state: int, native) -> tuple[np.ndarray, np.ndarray]:
+        """`trie.walk` of the document's start, its leading whitespace taken the short way (`lead_gap`)."""
+        nodes, gap_tokens = self._lead
+        ids, nxt = native(self.index.trie, nodes, np.full(len(nodes), state, dtype=np.int32), 2)
+        if gap_tokens:                            # tokens of whitespace only: " ", "\n" (llama-3)
+            all_ids, all_next = [ids], [nxt]
+            for tok_ids, gap in gap_tokens:
+                after = self.dfa.walk(state, gap)
+                if after >= 0:
+                    all_ids.append(tok_ids)
+                    all_next.append(np.full(len(tok_ids), after, dtype=np.int32))
+            ids, nxt = np.concatenate(all_ids), np.concatenate(all_next)
+        return ids, nxt
 
     def _find_view(self, state: int) -> SliceView | None:
         """The first slice `state` follows regularly (UTF-8 slices, then its ASCII byte set)."""

@@ -20,12 +20,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from constrained.lead_gap import GapStarts, gap_starts
 from constrained.slices import (UTF8_SLICES, Slice, build_byteset_slice, build_slice, derive_utf8_slice,
                                nodes_by_byte, pack_bits, utf8_table)
 from constrained.vocab_trie import VocabTrie
 
 if TYPE_CHECKING:
     from constrained.vocab import Vocabulary
+    from grammars.json_values import WhitespacePolicy
 
 __all__ = ["VocabIndex"]
 
@@ -94,6 +96,7 @@ class VocabIndex:
         self.first_bytes = frozenset(self.trie.byte[: self.trie.n_roots].tolist())
         # each token's first byte (0 for unusable ones), to exclude tokens by how they start
         self.first_byte = np.array([b[0] if b else 0 for b in self.token_bytes], dtype=np.uint8)
+        self._gap_starts: dict = {}              # per whitespace policy, see `gap_starts`
 
     @property
     def nbytes(self) -> int:
@@ -152,6 +155,13 @@ class VocabIndex:
             while len(cache) > limit:               # least recently used first
                 cache.popitem(last=False)
         return sl
+
+    def gap_starts(self, policy: "WhitespacePolicy") -> GapStarts:
+        """Where a JSON document's first mask walks from under whitespace `policy` (`lead_gap`), memoized."""
+        got = self._gap_starts.get(policy)
+        if got is None:
+            got = self._gap_starts[policy] = gap_starts(self.trie, policy)
+        return got
 
     @classmethod
     def for_vocab(cls, vocab: "Vocabulary") -> "VocabIndex":

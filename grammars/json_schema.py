@@ -165,6 +165,9 @@ def json_schema_grammar(
             "tries": c.tries, "max_recursion_depth": max_recursion_depth, "max_any_depth": max_any_depth,
             "kind": "JSON schema", "empty_at": c.empty, "report": _dedup(c.notes), "numbers": numbers,
             "prelude": ANY_RULE if ANY_RULE in c.rules else None,
+            # the document is this policy's gap, then a value (never starting with whitespace): the
+            # first mask walks it the short way (`constrained.lead_gap`)
+            "leading_gap": policy if policy.around_document and not or_text else None,
             # the path of each rule's own subschema, whose parts an NFA does not defer (`grammars.nfa`)
             "homes": {"start": "$", **{name: name[4:] for name in c.rules if name.startswith("ref:")}}}
     return Grammar(rules, "start", info, check_refs=False)     # the compiler defines every rule it refers to

@@ -390,6 +390,7 @@ def test_compile_cache_frees_evicted_fsms_and_recounts_growth(gpt2, monkeypatch:
 
     compile_module.clear_cache()
     monkeypatch.setattr(compile_module, "_CACHE_SIZE", 2)
+    monkeypatch.setattr(compile_module, "_REAP_BATCH", 1)
     first = weakref.ref(compile_regex("[a-c]{1,30}", gpt2))
     compile_regex("[d-f]{1,30}", gpt2)
     compile_regex("[g-i]{1,30}", gpt2)                  # evicts the first
@@ -411,6 +412,40 @@ def test_compile_cache_frees_evicted_fsms_and_recounts_growth(gpt2, monkeypatch:
         compile_regex(f"[0-9]{{{n + 1}}}", gpt2)
     assert compile_module._sizes[next(iter(compile_module._sizes))] == grown.held_bytes
     assert compile_module._held["bytes"] == sum(f.held_bytes for f in compile_module._cache.values())
+    compile_module.clear_cache()
+
+
+def test_evicted_fsms_are_handed_to_the_reaper_in_batches(gpt2, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each handing over wakes the reaper inside a compile: evictions wait for `_REAP_BATCH` of them
+    (or `_REAP_BATCH_BYTES`), then go together and are freed."""
+    import gc
+    import time
+    import weakref
+
+    import constrained.compile as compile_module
+
+    compile_module.clear_cache()
+    monkeypatch.setattr(compile_module, "_CACHE_SIZE", 1)
+    monkeypatch.setattr(compile_module, "_REAP_BATCH", 3)
+    monkeypatch.setattr(compile_module, "_IDLE_S", 0.0)
+    evicted = [weakref.ref(compile_regex(f"[a-c]{{{n + 1}}}", gpt2)) for n in range(3)]
+    assert len(compile_module._evicted) == 2 and compile_module._reap.empty()   # two evicted, held back
+    compile_regex("[a-c]{9}", gpt2)                      # the third eviction: the batch goes
+    assert not compile_module._evicted
+    deadline = time.monotonic() + 10
+    while any(r() is not None for r in evicted) and time.monotonic() < deadline:
+        time.sleep(0.01)
+        gc.collect()
+    assert all(r() is None for r in evicted)
+    monkeypatch.setattr(compile_module, "_REAP_BATCH_BYTES", 0)   # large ones go at once
+    big = weakref.ref(compile_module._cache[next(iter(compile_module._cache))])
+    compile_regex("[a-c]{10}", gpt2)
+    assert not compile_module._evicted
+    deadline = time.monotonic() + 10
+    while big() is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+        gc.collect()
+    assert big() is None
     compile_module.clear_cache()
 
 
