@@ -259,8 +259,6 @@ class Compiler:
         if self.draft in NOT_IN_DRAFT and not s.keys().isdisjoint(NOT_IN_DRAFT[self.draft]):
             self._not_in_draft(s, path)
         s = normalize(s, self.draft)
-        if "not" in s and not plain_not(s["not"]):
-            s = self._not_as_negation(s, path, base)
         merged = False                         # `normalize` keeps checked keywords well-formed; merging may not
         if "unevaluatedProperties" in s or "unevaluatedItems" in s:
             s, merged = self._unevaluated(s, path, base), True
@@ -280,6 +278,8 @@ class Compiler:
             return self.node(s, path, base)
         if merged:
             s = check_schema(s, path, self.approximate, warn_unknown=False, notes=self.notes, draft=self.draft)
+        if "not" in s and not plain_not(s["not"]):    # (its own, or one an allOf branch brought in)
+            return self.node(self._not_as_negation(s, path, base), path, base)
         if "anyOf" in s or "oneOf" in s:
             return self._branches(s, path, base)
         return self._typed(s, path, base)

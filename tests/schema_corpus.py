@@ -424,6 +424,9 @@ CORPUS: list[dict] = [
                             "$defs": {"car": {"properties": {"kind": {"enum": ["car"]}}, "required": ["kind"]}}},
          [{}, {"kind": "bike"}, {"kind": 1, "wheels": 2}], [{"kind": "car"}, {"wheels": 4, "kind": "car"}, "car"],
          hypothesis=False),
+    case("not_ref_in_allof_branch", {"type": "object", "allOf": [{"not": {"$ref": "#/$defs/car"}}],
+                                     "$defs": {"car": {"properties": {"kind": {"enum": ["car"]}}, "required": ["kind"]}}},
+         [{}, {"kind": "bike"}], [{"kind": "car"}, 1], hypothesis=False),
     # a declared name matched against a pattern with a lookahead (by its parts)
     case("pattern_properties_lookahead_declared", {"type": "object", "patternProperties": {"^(?!a)": {"type": "integer"}},
                                                    "properties": {"ab": {}, "b": {"minimum": 3}}},
