@@ -66,10 +66,10 @@ def _hf_proc(kind: str, ctx: dict, rows: int) -> Any:
     """A fresh transformers LogitsProcessor for `kind` over `rows` batch rows: ours, or a peer's own
     (xgrammar's `contrib.hf.LogitsProcessor`; llguidance's matchers with its `llguidance.torch`
     bitmask helpers; outlines-core through `_SyncedMatcher` and our mask application)."""
-    if kind == "ours":
+    if kind in ("ours", "ours/inplace"):   # (/inplace: the scores masked in place, as the peers' are)
         from constrained.processors import hf_logits_processor
 
-        return hf_logits_processor(SCHEMA, ctx["vocab"])
+        return hf_logits_processor(SCHEMA, ctx["vocab"], inplace=kind == "ours/inplace")
     engine, compiled = ctx["peers"][kind]
     if kind == "xgrammar":
         import xgrammar.contrib.hf
@@ -305,7 +305,7 @@ def _run_hf_part(args: Any, emit: Callable[[dict], None], say: Callable[[str], N
         ctx["lm"] = _load_lm("hf", model_dir) if device == "cpu" else _wrap_lm(model, ctx["tok"])
     vocab = ctx["vocab"]
     prompt_ids = [ctx["tok"].encode(p, add_special_tokens=False) for p in PROMPTS]
-    kinds = [] if getattr(args, "loop_only", False) else ["unconstrained", "ours"] + list(ctx["peers"])
+    kinds = [] if getattr(args, "loop_only", False) else ["unconstrained", "ours", "ours/inplace", *ctx["peers"]]
     if ctx["lm"] is not None:   # our loop on its live KV batch, and (/trie) on the per-step trie path
         kinds += ["generate:unconstrained", "generate:ours"]
         if device == "cpu":   # (the per-step trie path copies every row's logprobs to the host: not for a GPU)

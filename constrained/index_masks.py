@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from constrained.token_fsm import TokenFSM
 
 __all__ = ["MaskCache", "HostIndexMask", "MLXIndexMask", "TorchIndexMask", "TorchRowMask", "apply_torch_masks",
-           "mask_cache", "mask_ids", "torch_mask_form", "unpack_bits", "MASK_BYTES"]
+           "apply_torch_masks_", "mask_cache", "mask_ids", "torch_mask_form", "unpack_bits", "MASK_BYTES"]
 
 # Ready masks per FSM and framework, at most this many bytes each.
 MASK_BYTES = 32 << 20
@@ -199,6 +199,17 @@ class TorchIndexMask:
             out.copy_(scores)
             out.index_fill_(dim, self.ids, float("-inf"))
 
+    def apply_(self, scores: torch.Tensor) -> None:
+        """Mask `scores` (a row, or rows) in place: only the forbidden ids are written when they are
+        the fewer."""
+        dim = scores.dim() - 1
+        if self.allow:
+            kept = scores.index_select(dim, self.ids)
+            scores.fill_(float("-inf"))
+            scores.index_copy_(dim, self.ids, kept)
+        else:
+            scores.index_fill_(dim, self.ids, float("-inf"))
+
 
 class TorchRowMask:
     """One state's mask over `cols` score columns on an accelerator (key: (state, cols, device)): a
@@ -227,11 +238,31 @@ class TorchRowMask:
         out.copy_(scores)
         out.masked_fill_(self.forbid, float("-inf"))
 
+    def apply_(self, scores: torch.Tensor) -> None:
+        """Mask `scores` (a row, or rows) in place."""
+        scores.masked_fill_(self.forbid, float("-inf"))
+
 
 def torch_mask_form(device: torch.device) -> type:
     """The mask form for scores on `device`: index ids on the CPU (touching only the ids a mask
     names), boolean rows elsewhere (one launch)."""
     return TorchIndexMask if device.type == "cpu" else TorchRowMask
+
+
+def apply_torch_masks_(scores: torch.Tensor, masks: list[TorchIndexMask] | list[TorchRowMask]) -> torch.Tensor:
+    """`apply_torch_masks` in place: `scores` itself, masked (rows sharing one mask, or row masks, in
+    one call)."""
+    import torch
+
+    first = masks[0]
+    if all(m is first for m in masks):
+        first.apply_(scores)
+    elif isinstance(first, TorchRowMask):
+        scores.masked_fill_(torch.stack([m.forbid for m in masks]), float("-inf"))
+    else:
+        for r, mask in enumerate(masks):
+            mask.apply_(scores[r])
+    return scores
 
 
 def apply_torch_masks(scores: torch.Tensor, masks: list[TorchIndexMask] | list[TorchRowMask]) -> torch.Tensor:

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from constrained.errors import IncompatibleVocabularyError
-from constrained.index_masks import MLXIndexMask, apply_torch_masks, mask_cache, torch_mask_form, unpack_bits
+from constrained.index_masks import (MLXIndexMask, apply_torch_masks, apply_torch_masks_, mask_cache, torch_mask_form,
+                                     unpack_bits)
 
 if TYPE_CHECKING:  # pragma: no cover
     import mlx.core as mx
@@ -243,7 +244,8 @@ def mlx_processor(constraint: Any, tokenizer: Any, *, regex: bool = False, **com
 # Hugging Face transformers
 
 
-def hf_logits_processor(constraints: Sequence[Any] | Any, tokenizer: Any, *, regex: bool = False, **compile_options: Any) -> Any:
+def hf_logits_processor(constraints: Sequence[Any] | Any, tokenizer: Any, *, regex: bool = False, inplace: bool = False,
+                        **compile_options: Any) -> Any:
     """A `transformers.LogitsProcessor` whose batch rows each follow their own constraint.
 
     Args:
@@ -254,6 +256,11 @@ def hf_logits_processor(constraints: Sequence[Any] | Any, tokenizer: Any, *, reg
             follow ``constraints[i]``, matching transformers' layout.
         tokenizer: the HF tokenizer or a `Vocabulary`.
         regex: treat string constraints as regex patterns.
+        inplace: mask the scores transformers passes in place and return them, as llguidance's and
+            xgrammar's processors do: inside strings only the few forbidden ids are written, not a
+            masked copy of the whole row (600 KB for 151k tokens). transformers keeps that tensor as
+            the step's raw logits, so with ``output_logits=True`` they come back masked; the default
+            (False) leaves them as the model gave them.
         **compile_options: passed to the compiler.
 
     Raises:
@@ -319,7 +326,7 @@ def hf_logits_processor(constraints: Sequence[Any] | Any, tokenizer: Any, *, reg
                 if mask is None:
                     mask = cache.put(key, cursor.bitmask(self.words))
                 masks.append(mask)
-            return apply_torch_masks(scores, masks)
+            return apply_torch_masks_(scores, masks) if inplace else apply_torch_masks(scores, masks)
 
     return HFConstraintProcessor()
 

@@ -9,8 +9,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from constrained.compile import compile_json_schema  # noqa: E402
-from constrained.index_masks import (TorchIndexMask, TorchRowMask, apply_torch_masks, mask_cache,  # noqa: E402
-                                     torch_mask_form)
+from constrained.index_masks import (TorchIndexMask, TorchRowMask, apply_torch_masks,  # noqa: E402
+                                     apply_torch_masks_, mask_cache, torch_mask_form)
 
 pytestmark = pytest.mark.hf
 
@@ -48,6 +48,10 @@ def test_row_masks_mask_as_index_masks(fsm) -> None:
         for r, m in enumerate(masks):
             m.write(rows[r], scores[r])
         assert torch.equal(batch, rows) and torch.equal(one, batch[:1])
+        for picked in (masks, masks[:1] * len(masks)):          # distinct masks, and one shared by all rows
+            inplace = scores.clone()
+            assert apply_torch_masks_(inplace, picked) is inplace
+            assert torch.equal(inplace, apply_torch_masks(scores, picked))
         forms[form] = batch
     assert torch.equal(forms[TorchIndexMask], forms[TorchRowMask])
     for r, s in enumerate(states):                              # and they are the FSM's masks
@@ -62,3 +66,17 @@ def test_the_form_follows_the_device() -> None:
     assert torch_mask_form(torch.device("cpu")) is TorchIndexMask
     assert torch_mask_form(torch.device("cuda", 0)) is TorchRowMask
     assert torch_mask_form(torch.device("mps")) is TorchRowMask
+
+
+def test_the_hf_processor_masks_in_place_only_when_asked(fsm) -> None:
+    from constrained.processors import hf_logits_processor
+
+    cols = fsm.vocab.size
+    ids = torch.tensor([[1, 2], [1, 2]])
+    scores = torch.from_numpy(np.random.default_rng(1).standard_normal((2, cols)).astype(np.float32))
+    copy = hf_logits_processor(fsm, fsm.vocab)(ids, scores)
+    assert copy is not scores and torch.isfinite(scores).all()   # the default leaves the input as it was
+    inplace = scores.clone()
+    out = hf_logits_processor(fsm, fsm.vocab, inplace=True)(ids, inplace)
+    assert out is inplace and torch.equal(out, copy)
+    assert set(torch.isfinite(out[0]).nonzero().squeeze(1).tolist()) == set(fsm.allowed_token_ids(fsm.initial).tolist())
