@@ -213,7 +213,7 @@ class TorchIndexMask:
 
 class TorchRowMask:
     """One state's mask over `cols` score columns on an accelerator (key: (state, cols, device)): a
-    boolean row of the forbidden ids, applied by one `masked_fill` / `where`.
+    boolean row of the forbidden ids, applied by one `masked_fill`.
 
     On a GPU each torch call costs its launch on the host (~10 µs of Python and driver), not its
     bytes, so one call over the whole row beats `TorchIndexMask`'s three, and the rows of a batch are

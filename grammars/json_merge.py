@@ -282,9 +282,9 @@ def _negation(s: Schema, resolve: Callable[[Schema], Schema] | None, depth: int,
             parts.append({"type": "string", "not": {"format": value}})       # a string not in the format
         elif key == "propertyNames" and value is False:
             parts.append({"type": "object", "minProperties": 1})             # an object with any member
-        elif key == "propertyNames" and _listed_names(value) is not None:
+        elif key == "propertyNames" and (listed := _listed_names(value)) is not None:
             # names not in a list: fails on an object with a member of the list
-            parts.extend({"type": "object", "required": [n]} for n in _listed_names(value))
+            parts.extend({"type": "object", "required": [n]} for n in listed)
         elif key == "if":
             # fails where the condition holds and `then` fails, or it fails and `else` does
             then, other = s.get("then", True), s.get("else", True)
