@@ -81,6 +81,9 @@ _REAP_PAUSE_S = 50e-6
 _REAP_BACKLOG = 16
 _REAP_BATCH = 8
 _REAP_BATCH_BYTES = 32 << 20
+# The cache key's schema text: compact, not sorted (members are laid out in the order `properties`
+# declares them). One encoder for every compile: `json.dumps` with options builds a new one each call.
+_KEY_TEXT = json.JSONEncoder(separators=(",", ":"))
 _evicted: list[TokenFSM] = []             # evicted, not handed to the reaper yet (`_drop`)
 _evicted_bytes = [0]                      # what they held when last measured
 _reaper: threading.Thread | None = None
@@ -126,8 +129,7 @@ def compile_json_schema(schema: Any, vocab: "Vocabulary", *, max_states: int = M
     from grammars.json_schema import json_schema_grammar
 
     schema = _as_schema_dict(schema)
-    # not sorted: members are laid out in the order `properties` declares them
-    text = deep_call(json.dumps, schema, separators=(",", ":"))
+    text = deep_call(_KEY_TEXT.encode, schema)
     key = ("json", text, _options_key(options), max_states, vocab.fingerprint)
     built: list[TokenFSM] = []
 
@@ -285,7 +287,7 @@ def _dismantle(root: object) -> Iterator[None]:
 
 
 def _options_key(options: dict[str, Any]) -> str:
-    return json.dumps(options, sort_keys=True, default=repr)
+    return json.dumps(options, sort_keys=True, default=repr) if options else "{}"
 
 
 def _as_schema_dict(schema: Any) -> Any:

@@ -35,6 +35,7 @@ from grammars.ast import EMPTY, NOTHING, Alt, ByteSet, Grammar, Node, Seq, alt, 
 from grammars.dfa import LazyDFA
 from grammars.errors import StateBudgetError, UnsupportedSchemaError
 from grammars.fragments import automaton
+from grammars.native import checkpoint
 
 __all__ = ["difference", "MAX_STATES", "MAX_SIZE"]
 
@@ -102,6 +103,7 @@ def _product(dfas: list[LazyDFA], n_required: int, path: str,
     accepting: set[int] = set()
     k = len(dfas)
     for i, q in enumerate(order):
+        checkpoint()                                      # (compiled: let other threads have the GIL)
         if (head.is_accepting(q[0]) and all(d.is_accepting(s) for d, s in zip(need, q[1:]))
                 and not any(d.is_accepting(s) for d, s in zip(avoid, q[1 + n_required:]))):
             accepting.add(i)
@@ -205,6 +207,7 @@ def _to_node(edges: list[dict[int, int]], accepting: set[int], live: set[int]) -
                 entries.setdefault(comp_of[j], set()).add(j)
     made: dict[int, Node] = {}
     for c, members in enumerate(comps):
+        checkpoint()
         todo = entries.get(c)
         if not todo:
             continue
@@ -250,6 +253,7 @@ def _paths(e: int, inside: set[int], succ: dict[int, dict[int, int]], accepting:
     heap = [rank(x) for x in todo]           # a state's rank is pushed again whenever it changes
     heapq.heapify(heap)
     while todo:
+        checkpoint()
         key = heapq.heappop(heap)
         k = key[2]
         if k not in todo or key != rank(k):
