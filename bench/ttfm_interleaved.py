@@ -8,8 +8,11 @@ Ours is compiled with its cache cleared (`clear_cache`), llguidance from
 scratch (`LLMatcher` + the first bitmask). Schemas either engine refuses are
 skipped.
 
-Run: ``python -m bench.ttfm_interleaved [EVERY [R]]`` (every EVERY-th schema
-of ../shared/corpus/maskbench-dev, default 2 and 3); needs llguidance.
+Run: ``python -m bench.ttfm_interleaved [EVERY [R [FLUSH_MB [SLEEP_MS]]]]`` (every
+EVERY-th schema of ../shared/corpus/maskbench-dev, default 2 and 3); needs
+llguidance. With FLUSH_MB, each compile (either engine's) comes after a write
+over that many megabytes and a SLEEP_MS sleep (default 2): the cold caches of
+`python -m bench masks`' workers, where the other engine ran in between.
 """
 import gc
 import glob
@@ -38,6 +41,13 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     every = int(args[0]) if args else 2
     reps = int(args[1]) if len(args) > 1 else 3
+    flush = np.zeros(int(args[2]) << 20, dtype=np.uint8) if len(args) > 2 else None
+    sleep_s = float(args[3]) / 1e3 if len(args) > 3 else 2e-3
+
+    def cool() -> None:
+        if flush is not None and len(flush):
+            flush[::64] += 1              # a byte per cache line
+            time.sleep(sleep_s)
     warnings.simplefilter("ignore")       # schema notes (unknown keywords) on every compile
     tok = hf_tokenizer("llama-bpe")
     vocab = Vocabulary.from_tokenizer(tok)
@@ -48,11 +58,13 @@ def main(argv: list[str] | None = None) -> int:
 
     def ours(s: dict) -> int:
         clear_cache()
+        cool()
         t = time.perf_counter_ns()
         compile_json_schema(s, vocab).guide().fill_bitmask(buf)
         return time.perf_counter_ns() - t
 
     def llg(s: dict) -> int:
+        cool()
         t = time.perf_counter_ns()
         m = llguidance.LLMatcher(llt, llguidance.LLMatcher.grammar_from_json_schema(json.dumps(s)))
         if m.is_error():
