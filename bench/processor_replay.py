@@ -1,0 +1,68 @@
+"""Our transformers processor's own cost per step, without a model: a document replayed token by token.
+
+`python -m bench decode` times the processor inside `generate`, where every
+forward pass (2 GB of weights for Qwen2-0.5B shapes) leaves the CPU caches
+cold before the processor runs. This feeds `hf_logits_processor` the ids of
+one valid document of `bench.decode.SCHEMA` (Qwen2's vocabulary, scores of
+151,936 columns), one step per token, twice: the first pass computes each
+state's mask, the second finds them all cached. The gap between the second
+pass here and `decode`'s warm number is what cold caches cost a step.
+
+Run: ``python -m bench.processor_replay [--inplace] [--threads N]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["main"]
+
+COLUMNS = 151_936     # Qwen2-0.5B's logits width (its vocabulary padded)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import torch
+
+    from bench.decode import SCHEMA
+    from constrained.gguf_tokenizers import hf_tokenizer
+    from constrained.processors import hf_logits_processor
+    from constrained.vocab import Vocabulary
+
+    p = argparse.ArgumentParser(prog="python -m bench.processor_replay", description=__doc__.splitlines()[0])
+    p.add_argument("--inplace", action="store_true", help="hf_logits_processor(inplace=True)")
+    p.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch CPU threads")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    tok = hf_tokenizer("qwen2")
+    vocab = Vocabulary.from_tokenizer(tok)
+    doc = json.dumps({"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius", "days": 3,
+                                                          "alerts": True}})
+    ids = tok.encode(doc, add_special_tokens=False)
+    ids = list(getattr(ids, "ids", ids))
+    prompt = [1, 2, 3]
+
+    def replay() -> np.ndarray:
+        proc = hf_logits_processor(SCHEMA, vocab, inplace=args.inplace)
+        out = []
+        for k in range(len(ids) + 1):
+            input_ids = torch.tensor([prompt + ids[:k]])
+            scores = torch.randn(1, COLUMNS)
+            t = time.perf_counter_ns()
+            proc(input_ids, scores)
+            out.append(time.perf_counter_ns() - t)
+        return np.array(out) / 1e3
+
+    first, again = replay(), replay()
+    print(f"{len(ids) + 1} steps, {'in place' if args.inplace else 'masked copy'}, {args.threads} torch threads: "
+          f"first pass mean {first.mean():.0f} µs (p50 {np.median(first):.0f}); masks cached: mean "
+          f"{again.mean():.0f} µs, p50 {np.median(again):.0f}, max {again.max():.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
