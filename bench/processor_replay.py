@@ -8,7 +8,11 @@ one valid document of `bench.decode.SCHEMA` (Qwen2's vocabulary, scores of
 state's mask, the second finds them all cached. The gap between the second
 pass here and `decode`'s warm number is what cold caches cost a step.
 
-Run: ``python -m bench.processor_replay [--inplace] [--threads N]``
+On a GPU (``--device cuda``) the ids and scores are made there, and the device is
+synchronized before each step's clock starts (as `decode` does): the time is
+the host's, with the transfer of the new ids.
+
+Run: ``python -m bench.processor_replay [--inplace] [--threads N] [--device cuda]``
 """
 
 from __future__ import annotations
@@ -36,7 +40,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.processor_replay", description=__doc__.splitlines()[0])
     p.add_argument("--inplace", action="store_true", help="hf_logits_processor(inplace=True)")
     p.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch CPU threads")
+    p.add_argument("--device", default="cpu", help="torch device of the ids and scores (e.g. cuda)")
     args = p.parse_args(argv)
+    device = torch.device(args.device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     torch.set_num_threads(args.threads)
     tok = hf_tokenizer("qwen2")
     vocab = Vocabulary.from_tokenizer(tok)
@@ -50,15 +57,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         proc = hf_logits_processor(SCHEMA, vocab, inplace=args.inplace)
         out = []
         for k in range(len(ids) + 1):
-            input_ids = torch.tensor([prompt + ids[:k]])
-            scores = torch.randn(1, COLUMNS)
+            input_ids = torch.tensor([prompt + ids[:k]], device=device)
+            scores = torch.randn(1, COLUMNS, device=device)
+            sync()
             t = time.perf_counter_ns()
             proc(input_ids, scores)
             out.append(time.perf_counter_ns() - t)
         return np.array(out) / 1e3
 
     first, again = replay(), replay()
-    print(f"{len(ids) + 1} steps, {'in place' if args.inplace else 'masked copy'}, {args.threads} torch threads: "
+    print(f"{len(ids) + 1} steps, {'in place' if args.inplace else 'masked copy'}, {device}, {args.threads} torch threads: "
           f"first pass mean {first.mean():.0f} µs (p50 {np.median(first):.0f}); masks cached: mean "
           f"{again.mean():.0f} µs, p50 {np.median(again):.0f}, max {again.max():.0f}")
     return 0
