@@ -14,8 +14,10 @@ Semantics, exact unless stated:
   character that could continue the body may follow it); otherwise they raise
   `UnsupportedRegexError`;
 - anchors `^ $ \\A \\Z` are exact wherever the position is known to be at the
-  start/end or known not to be; elsewhere (e.g. `a?^b`) they raise. Python's
-  `$` before a trailing newline (`a$\\n`) raises;
+  start/end or known not to be. An end anchor (`\\Z`, and ECMA's `$`) where
+  it is not known, as in `(\\w+($|/))+`, is exact too (see `_resolve_ends`);
+  elsewhere (e.g. `a?^b`) anchors raise. Python's `$` before a trailing
+  newline (`a$\\n`) raises;
 - IGNORECASE follows Python's matcher exactly, including non-ASCII
   (simple case mapping plus `re._casefix`; see `charsets.ignorecase`).
   ECMA patterns use the same folding, which differs from ECMA's own
@@ -39,7 +41,7 @@ import warnings
 from typing import Callable
 
 from grammars import charsets as cs
-from grammars.ast import EMPTY, NOTHING, Grammar, Node, alt, codepoints, repeat, seq, star
+from grammars.ast import EMPTY, NOTHING, Alt, ByteSet, Grammar, Node, Repeat, Seq, alt, codepoints, repeat, seq, star
 from grammars.deep import deep_call
 from grammars.errors import RegexSyntaxError, UnsupportedRegexError
 from grammars.nfa import gc_paused
@@ -58,6 +60,9 @@ __all__ = ["regex_node", "regex_grammar"]
 Encoder = Callable[[list[tuple[int, int]]], Node]
 
 _YES, _NO, _MAYBE = 1, 0, 2  # is this point the start (end) of the input?
+# An end anchor whose position is not known becomes this byte (0xFF, which no UTF-8 text
+# holds) while converting; `_resolve_ends` then removes it, exactly (see there).
+_END = 1 << 255
 _ANYTHING = ("anything",)  # follow set of an unanchored search suffix
 _I, _S, _A = int(re.IGNORECASE), int(re.DOTALL), int(re.ASCII)
 _TYPE_FLAGS = int(re.ASCII | re.UNICODE | re.LOCALE)
@@ -134,6 +139,13 @@ def _regex_node(pattern: str, flags: int, dialect: str, encode: Encoder, search:
         source, origin = translate(pattern)
     tree = _parse(pattern, source, flags, origin)
     conv = _Converter(pattern, source, origin, dialect, encode, tree.state)
+    node = _convert(conv, tree, search)
+    if conv.ends_marked:
+        node = _resolve_ends(node, conv)
+    return node
+
+
+def _convert(conv: _Converter, tree, search: bool) -> Node:
     root_flags = int(tree.state.flags)
     if not search:
         return conv.items(tree.data, root_flags, _YES, _YES, None)
@@ -188,6 +200,7 @@ class _Converter:
         self._anchor_memo: dict[int, bool] = {}
         self._lit_memo: dict[int, Node] = {}
         self._seen: dict[str, int] = {}
+        self.ends_marked = 0          # end anchors left as `_END` (see `_resolve_ends`)
 
     # -- errors --------------------------------------------------------------
 
@@ -355,6 +368,9 @@ class _Converter:
         if code is _c.AT_BEGINNING_LINE:
             return self._decide(_MAYBE if s == _NO else s, "`^` (MULTILINE)", "start")
         if code is _c.AT_END_STRING or (code is _c.AT_END and self.ecma):
+            if e == _MAYBE:           # the end of the input, or nothing: resolved after (`_resolve_ends`)
+                self.ends_marked += 1
+                return ByteSet(_END)
             return self._decide(e, "`$`" if code is _c.AT_END else "`\\Z`", "end")
         if code in (_c.AT_END, _c.AT_END_LINE):
             # Python's `$` also matches before a (final) newline: if no newline
@@ -374,8 +390,14 @@ class _Converter:
 
     # -- possessive / atomic ---------------------------------------------------
 
+    def _no_end_marks(self, before: int, construct: str) -> None:
+        if self.ends_marked != before:
+            raise self.unsupported(f"end anchor inside a {construct}", "anchor")
+
     def possessive(self, av, flags: int, s: int, e: int, follow) -> Node:
+        before = self.ends_marked
         node = self.repeat(av, flags, s, e, follow)
+        self._no_end_marks(before, "possessive quantifier")
         if not self._commits_like_greedy(av[2].data, flags, node_of_body=None, follow=follow):
             raise self.unsupported("possessive quantifier whose body can be followed by "
                                    "its own first character (changes the language)",
@@ -383,6 +405,13 @@ class _Converter:
         return node
 
     def atomic(self, sub, flags: int, s: int, e: int, follow) -> Node:
+        before = self.ends_marked
+        try:
+            return self._atomic(sub, flags, s, e, follow)
+        finally:
+            self._no_end_marks(before, "atomic group")
+
+    def _atomic(self, sub, flags: int, s: int, e: int, follow) -> Node:
         data = sub.data
         if len(data) == 1 and data[0][0] is _c.MAX_REPEAT:
             node = self.repeat(data[0][1], flags, s, e, follow)
@@ -456,6 +485,97 @@ class _Converter:
             out = any(_item_has_anchor(op, av, self) for op, av in data)
             self._anchor_memo[key] = out
         return out
+
+
+def _resolve_ends(node: Node, conv: _Converter) -> Node:
+    """`node` with its end anchors (`_END` bytes) made exact: the texts it matches with every
+    `_END` read as "the input ends here".
+
+    Read as a byte, `_END` makes `node` a language over texts and end marks. A text
+    w matches the pattern when w followed by some end marks (none or more) is in
+    it: an end anchor only holds where nothing follows, so every mark a match
+    reads comes after all of w's characters. Per node, `_ends` gives (E, T, D):
+    E its texts read without a mark, T the texts it reads before at least one mark
+    (then only marks), D whether it matches marks alone (the empty text included).
+    The answer is E | T of the whole. So `(\\w+($|/))+` matches "a/b/" (E) and
+    "a/b" (T), and not "a/$b". No state is added: E and T are built from the
+    pattern's own nodes.
+    """
+    memo: dict[int, tuple[Node, Node, bool]] = {}
+    e_node, t_node, _ = _ends(node, memo, {}, {}, conv)
+    return alt(e_node, t_node)
+
+
+def _has_end(node: Node, marks: dict[int, bool]) -> bool:
+    got = marks.get(id(node))
+    if got is None:
+        kind = type(node)
+        if kind is ByteSet:
+            got = bool(node.mask & _END)
+        elif kind is Seq or kind is Alt:
+            got = any(_has_end(x, marks) for x in node.items)
+        elif kind is Repeat:
+            got = _has_end(node.item, marks)
+        else:
+            got = False
+        marks[id(node)] = got
+    return got
+
+
+def _nullable(node: Node, memo: dict[int, bool]) -> bool:
+    got = memo.get(id(node))
+    if got is None:
+        kind = type(node)
+        if kind is ByteSet:
+            got = False
+        elif kind is Seq:
+            got = all(_nullable(x, memo) for x in node.items)
+        elif kind is Alt:
+            got = any(_nullable(x, memo) for x in node.items)
+        elif kind is Repeat:
+            got = node.min == 0 or _nullable(node.item, memo)
+        else:
+            raise TypeError(f"not a regex node: {node!r}")
+        memo[id(node)] = got
+    return got
+
+
+def _ends(node: Node, memo: dict, marks: dict, nullable: dict, conv: _Converter) -> tuple[Node, Node, bool]:
+    """(E, T, D) of `node` (see `_resolve_ends`)."""
+    if not _has_end(node, marks):
+        return node, NOTHING, _nullable(node, nullable)
+    got = memo.get(id(node))
+    if got is not None:
+        return got
+    kind = type(node)
+    if kind is ByteSet:
+        chars = node.mask & ~_END
+        got = (ByteSet(chars) if chars else NOTHING), EMPTY, True
+    elif kind is Alt:
+        parts = [_ends(x, memo, marks, nullable, conv) for x in node.items]
+        got = alt(*(p[0] for p in parts)), alt(*(p[1] for p in parts)), any(p[2] for p in parts)
+    elif kind is Seq:
+        # the marks start in item i (T), after items read without one (E), and every later
+        # item reads marks alone (D)
+        e_node, t_node, d = EMPTY, NOTHING, True
+        for x in node.items:
+            ex, tx, dx = _ends(x, memo, marks, nullable, conv)
+            t_node = alt(seq(e_node, tx), t_node if dx else NOTHING)
+            e_node = seq(e_node, ex)
+            d = d and dx
+        got = e_node, t_node, d
+    elif kind is Repeat:
+        ex, tx, dx = _ends(node.item, memo, marks, nullable, conv)
+        lo, hi = node.min, node.max
+        # the marks start in round i (rounds before it read none); the rounds after it read
+        # marks alone, so there may be some only if the item can (dx)
+        first = 0 if dx else max(lo, 1) - 1
+        got = (repeat(ex, lo, hi), seq(repeat(ex, first, None if hi is None else hi - 1), tx),
+               lo == 0 or dx)
+    else:
+        raise conv.unsupported("end anchor in this construct", "anchor")
+    memo[id(node)] = got
+    return got
 
 
 def _item_has_anchor(op, av, conv: _Converter) -> bool:

@@ -68,6 +68,13 @@ CORPUS: list[dict] = [
          ["abc", "abcdefgh"], ["ab", "abcdefghi", "ABC"]),
     case("pattern_search_length", {"type": "string", "pattern": "@", "maxLength": 6},
          ["a@b", "@", "abcde@"], ["abc", "abcdef@"]),
+    # `$` inside a repeated group (maskbench-dev Github_hard---o76776): each segment ends with
+    # a slash or the end of the text
+    case("pattern_end_anchor_in_repeat",
+         {"type": "string", "pattern": "^(\\/?((\\.{2})|([a-z0-9][a-z0-9\\-.]*[a-z0-9]+)|([a-z0-9]*))($|\\/))+$"},
+         ["a/b", "a/b/", "/usr/lib", "../x", "", "a//b", "x1-y.z/"], ["A/b", "a/b.", "-a", "a b", "a/.b"]),
+    case("pattern_end_anchor_alternative", {"type": "string", "pattern": "(ab$|c)d?"},
+         ["ab", "xab", "c", "cd", "zzcdq"], ["abd", "abx", "", "d"]),
     case("format_date", {"type": "string", "format": "date"}, ["2024-02-29", "1999-12-31"],
          ["2023-02-29", "2024-13-01", "24-01-01"]),
     case("format_datetime", {"type": "string", "format": "date-time"},

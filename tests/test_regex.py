@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 
@@ -208,6 +209,38 @@ def test_syntax_errors_carry_re_message_and_position(pattern: str, position: int
     with pytest.raises(re.error) as original:
         re.compile(pattern)
     assert original.value.msg in str(info.value)
+
+
+_SHORT_TEXTS = ["".join(t) for n in range(5) for t in itertools.product("abc", repeat=n)]
+
+
+def _patterns_with_end_anchors() -> st.SearchStrategy[str]:
+    atoms = st.sampled_from(["a", "b", "$", "[ab]", "."])
+    return st.recursive(atoms, lambda inner: st.one_of(
+        st.tuples(inner, inner).map("".join),
+        st.tuples(inner, inner).map(lambda t: f"({t[0]}|{t[1]})"),
+        st.tuples(inner, st.sampled_from(["*", "+", "?", "{2}", "{1,3}", "{0,2}"])).map(lambda t: f"({t[0]}){t[1]}"),
+    ), max_leaves=8)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(pattern=_patterns_with_end_anchors(), anchored=st.booleans())
+def test_end_anchors_anywhere_match_as_re_does(pattern: str, anchored: bool) -> None:
+    """`$` (ECMA, search) and `\\Z` (full match) wherever they stand, in repeats and
+    alternatives too (`_resolve_ends`): the texts `re` matches, every text up to 4 long."""
+    pattern = ("^" if anchored else "") + pattern
+    full_pattern = pattern.replace("$", r"\Z")
+    search = LazyDFA(Grammar({"start": regex_node(pattern, dialect="ecma", search=True)}))
+    full = LazyDFA(Grammar({"start": regex_node(full_pattern)}))
+    for text in _SHORT_TEXTS:
+        assert search.matches(text.encode()) == (re.search(pattern, text) is not None), (pattern, text)
+        assert full.matches(text.encode()) == (re.fullmatch(full_pattern, text) is not None), (full_pattern, text)
+
+
+@pytest.mark.parametrize("pattern", [r"(?>a\Z|b)c?", r"(a\Z|b)++c?"])
+def test_end_anchor_inside_atomic_or_possessive_raises(pattern: str) -> None:
+    with pytest.raises(UnsupportedRegexError, match="end anchor inside"):
+        regex_node(pattern)
 
 
 def test_python_search_with_dollar_before_newline_raises() -> None:
