@@ -13,11 +13,11 @@ Semantics, exact unless stated:
   match the same language as their greedy form (body prefix-free and no
   character that could continue the body may follow it); otherwise they raise
   `UnsupportedRegexError`;
-- anchors `^ $ \\A \\Z` are exact wherever the position is known to be at the
-  start/end or known not to be. An end anchor (`\\Z`, and ECMA's `$`) where
-  it is not known, as in `(\\w+($|/))+`, is exact too (see `_resolve_ends`);
-  elsewhere (e.g. `a?^b`) anchors raise. Python's `$` before a trailing
-  newline (`a$\\n`) raises;
+- anchors `^ $ \\A \\Z` are exact wherever they stand: where the position is
+  known to be the start/end or known not to be, and elsewhere too, as in
+  `(\\w+($|/))+` or `(^|/)x` (see `_resolve_marks`), except Python's `$`,
+  which also matches before a final newline: where it is not known
+  (`a$b?`) it raises, as `$` before a trailing newline (`a$\\n`) does;
 - IGNORECASE follows Python's matcher exactly, including non-ASCII
   (simple case mapping plus `re._casefix`; see `charsets.ignorecase`).
   ECMA patterns use the same folding, which differs from ECMA's own
@@ -60,11 +60,13 @@ __all__ = ["regex_node", "regex_grammar"]
 Encoder = Callable[[list[tuple[int, int]]], Node]
 
 _YES, _NO, _MAYBE = 1, 0, 2  # is this point the start (end) of the input?
-# An end anchor whose position is not known becomes this byte (0xFF, which no UTF-8 text
-# holds) while converting; `_resolve_ends` then removes it, exactly (see there).
-_END = 1 << 255
+# An anchor whose position is not known becomes one of these bytes (0xFF, 0xFE: no UTF-8
+# text holds them) while converting; `_resolve_marks` then removes them, exactly (see there).
+_END, _START = 1 << 255, 1 << 254
 _ANYTHING = ("anything",)  # follow set of an unanchored search suffix
 _I, _S, _A = int(re.IGNORECASE), int(re.DOTALL), int(re.ASCII)
+_M = int(re.MULTILINE)
+_LINE_ANCHORS = {_c.AT_BEGINNING: _c.AT_BEGINNING_LINE, _c.AT_END: _c.AT_END_LINE}
 _TYPE_FLAGS = int(re.ASCII | re.UNICODE | re.LOCALE)
 _MAXREPEAT = _c.MAXREPEAT
 _POSSESSIVE = getattr(_c, "POSSESSIVE_REPEAT", None)
@@ -140,8 +142,8 @@ def _regex_node(pattern: str, flags: int, dialect: str, encode: Encoder, search:
     tree = _parse(pattern, source, flags, origin)
     conv = _Converter(pattern, source, origin, dialect, encode, tree.state)
     node = _convert(conv, tree, search)
-    if conv.ends_marked:
-        node = _resolve_ends(node, conv)
+    if conv.marked:
+        node = _resolve_marks(node, conv)
     return node
 
 
@@ -200,7 +202,7 @@ class _Converter:
         self._anchor_memo: dict[int, bool] = {}
         self._lit_memo: dict[int, Node] = {}
         self._seen: dict[str, int] = {}
-        self.ends_marked = 0          # end anchors left as `_END` (see `_resolve_ends`)
+        self.marked = 0               # anchors left as `_END` / `_START` (see `_resolve_marks`)
 
     # -- errors --------------------------------------------------------------
 
@@ -331,6 +333,8 @@ class _Converter:
             return self.atomic(av, flags, s, e, follow)
         if op is _c.AT:
             self._count("anchor" if av not in (_c.AT_BOUNDARY, _c.AT_NON_BOUNDARY) else "word boundary")
+            if flags & _M:            # the parser leaves MULTILINE to the matcher: `^`/`$` are per line
+                av = _LINE_ANCHORS.get(av, av)
             return self.anchor(av, s, e, follow)
         if op in (_c.ASSERT, _c.ASSERT_NOT):
             direction = "lookbehind" if av[0] < 0 else "lookahead"
@@ -364,12 +368,15 @@ class _Converter:
 
     def anchor(self, code, s: int, e: int, follow) -> Node:
         if code in (_c.AT_BEGINNING, _c.AT_BEGINNING_STRING):
+            if s == _MAYBE:           # the start of the input, or nothing: resolved after (`_resolve_marks`)
+                self.marked += 1
+                return ByteSet(_START)
             return self._decide(s, "`^`" if code is _c.AT_BEGINNING else "`\\A`", "start")
         if code is _c.AT_BEGINNING_LINE:
             return self._decide(_MAYBE if s == _NO else s, "`^` (MULTILINE)", "start")
         if code is _c.AT_END_STRING or (code is _c.AT_END and self.ecma):
-            if e == _MAYBE:           # the end of the input, or nothing: resolved after (`_resolve_ends`)
-                self.ends_marked += 1
+            if e == _MAYBE:           # the end of the input, or nothing: resolved after (`_resolve_marks`)
+                self.marked += 1
                 return ByteSet(_END)
             return self._decide(e, "`$`" if code is _c.AT_END else "`\\Z`", "end")
         if code in (_c.AT_END, _c.AT_END_LINE):
@@ -390,14 +397,14 @@ class _Converter:
 
     # -- possessive / atomic ---------------------------------------------------
 
-    def _no_end_marks(self, before: int, construct: str) -> None:
-        if self.ends_marked != before:
-            raise self.unsupported(f"end anchor inside a {construct}", "anchor")
+    def _no_marks(self, before: int, construct: str) -> None:
+        if self.marked != before:
+            raise self.unsupported(f"anchor inside a {construct}", "anchor")
 
     def possessive(self, av, flags: int, s: int, e: int, follow) -> Node:
-        before = self.ends_marked
+        before = self.marked
         node = self.repeat(av, flags, s, e, follow)
-        self._no_end_marks(before, "possessive quantifier")
+        self._no_marks(before, "possessive quantifier")
         if not self._commits_like_greedy(av[2].data, flags, node_of_body=None, follow=follow):
             raise self.unsupported("possessive quantifier whose body can be followed by "
                                    "its own first character (changes the language)",
@@ -405,11 +412,11 @@ class _Converter:
         return node
 
     def atomic(self, sub, flags: int, s: int, e: int, follow) -> Node:
-        before = self.ends_marked
+        before = self.marked
         try:
             return self._atomic(sub, flags, s, e, follow)
         finally:
-            self._no_end_marks(before, "atomic group")
+            self._no_marks(before, "atomic group")
 
     def _atomic(self, sub, flags: int, s: int, e: int, follow) -> Node:
         data = sub.data
@@ -487,38 +494,63 @@ class _Converter:
         return out
 
 
-def _resolve_ends(node: Node, conv: _Converter) -> Node:
-    """`node` with its end anchors (`_END` bytes) made exact: the texts it matches with every
-    `_END` read as "the input ends here".
+def _resolve_marks(node: Node, conv: _Converter) -> Node:
+    """`node` with its anchors left as marks (`_END`, `_START` bytes) made exact: the texts
+    it matches with every `_END` read as "the input ends here" and every `_START` as "the
+    input starts here".
 
-    Read as a byte, `_END` makes `node` a language over texts and end marks. A text
-    w matches the pattern when w followed by some end marks (none or more) is in
-    it: an end anchor only holds where nothing follows, so every mark a match
-    reads comes after all of w's characters. Per node, `_ends` gives (E, T, D):
-    E its texts read without a mark, T the texts it reads before at least one mark
-    (then only marks), D whether it matches marks alone (the empty text included).
-    The answer is E | T of the whole. So `(\\w+($|/))+` matches "a/b/" (E) and
-    "a/b" (T), and not "a/$b". No state is added: E and T are built from the
-    pattern's own nodes.
+    Read as bytes, the marks make `node` a language over texts and marks. A text w
+    matches the pattern when some start marks, w, then some end marks (none or more
+    of each) are in it: an end anchor only holds where nothing follows, so every end
+    mark a match reads comes after all of w's characters, and every start mark
+    before them (the empty text, both start and end, takes marks in any order). Per node, `_marked` gives (E, T, D) for one kind of mark: E its
+    texts read without a mark, T the texts read with at least one (all of them at
+    that side), D whether it matches marks alone (the empty text included). E | T
+    of the whole resolves that kind; end marks first, then start marks (read as
+    characters until then). So `(\\w+($|/))+` matches "a/b/" (E) and "a/b" (T),
+    not "a/$b", and `(^|/)x` matches "x" and "a/x". No state is added: E and T are
+    built from the pattern's own nodes.
     """
-    memo: dict[int, tuple[Node, Node, bool]] = {}
-    e_node, t_node, _ = _ends(node, memo, {}, {}, conv)
-    return alt(e_node, t_node)
+    # (the empty text is both the start and the end: any order of marks reads it)
+    empty = _marks_only(node, {})
+    for mark, at_end in ((_END, True), (_START, False)):
+        e_node, t_node, _ = _marked(node, mark, at_end, {}, {}, {}, conv)
+        node = alt(e_node, t_node)
+    return alt(node, EMPTY) if empty else node
 
 
-def _has_end(node: Node, marks: dict[int, bool]) -> bool:
-    got = marks.get(id(node))
+def _marks_only(node: Node, memo: dict[int, bool]) -> bool:
+    """Whether `node` matches some string of marks alone (the empty one included)."""
+    got = memo.get(id(node))
     if got is None:
         kind = type(node)
         if kind is ByteSet:
-            got = bool(node.mask & _END)
-        elif kind is Seq or kind is Alt:
-            got = any(_has_end(x, marks) for x in node.items)
+            got = bool(node.mask & (_END | _START))
+        elif kind is Seq:
+            got = all(_marks_only(x, memo) for x in node.items)
+        elif kind is Alt:
+            got = any(_marks_only(x, memo) for x in node.items)
         elif kind is Repeat:
-            got = _has_end(node.item, marks)
+            got = node.min == 0 or _marks_only(node.item, memo)
         else:
             got = False
-        marks[id(node)] = got
+        memo[id(node)] = got
+    return got
+
+
+def _has_mark(node: Node, mark: int, memo: dict[int, bool]) -> bool:
+    got = memo.get(id(node))
+    if got is None:
+        kind = type(node)
+        if kind is ByteSet:
+            got = bool(node.mask & mark)
+        elif kind is Seq or kind is Alt:
+            got = any(_has_mark(x, mark, memo) for x in node.items)
+        elif kind is Repeat:
+            got = _has_mark(node.item, mark, memo)
+        else:
+            got = False
+        memo[id(node)] = got
     return got
 
 
@@ -540,40 +572,41 @@ def _nullable(node: Node, memo: dict[int, bool]) -> bool:
     return got
 
 
-def _ends(node: Node, memo: dict, marks: dict, nullable: dict, conv: _Converter) -> tuple[Node, Node, bool]:
-    """(E, T, D) of `node` (see `_resolve_ends`)."""
-    if not _has_end(node, marks):
+def _marked(node: Node, mark: int, at_end: bool, memo: dict, marks: dict, nullable: dict,
+            conv: _Converter) -> tuple[Node, Node, bool]:
+    """(E, T, D) of `node` for `mark` (see `_resolve_marks`)."""
+    if not _has_mark(node, mark, marks):
         return node, NOTHING, _nullable(node, nullable)
     got = memo.get(id(node))
     if got is not None:
         return got
     kind = type(node)
     if kind is ByteSet:
-        chars = node.mask & ~_END
+        chars = node.mask & ~mark
         got = (ByteSet(chars) if chars else NOTHING), EMPTY, True
     elif kind is Alt:
-        parts = [_ends(x, memo, marks, nullable, conv) for x in node.items]
+        parts = [_marked(x, mark, at_end, memo, marks, nullable, conv) for x in node.items]
         got = alt(*(p[0] for p in parts)), alt(*(p[1] for p in parts)), any(p[2] for p in parts)
     elif kind is Seq:
-        # the marks start in item i (T), after items read without one (E), and every later
-        # item reads marks alone (D)
+        # end marks: they start in item i (T), after items read without one (E), and every
+        # later item reads marks alone (D); start marks the other way round
         e_node, t_node, d = EMPTY, NOTHING, True
-        for x in node.items:
-            ex, tx, dx = _ends(x, memo, marks, nullable, conv)
-            t_node = alt(seq(e_node, tx), t_node if dx else NOTHING)
-            e_node = seq(e_node, ex)
+        for x in (node.items if at_end else reversed(node.items)):
+            ex, tx, dx = _marked(x, mark, at_end, memo, marks, nullable, conv)
+            near = seq(e_node, tx) if at_end else seq(tx, e_node)
+            t_node = alt(near, t_node if dx else NOTHING)
+            e_node = seq(e_node, ex) if at_end else seq(ex, e_node)
             d = d and dx
         got = e_node, t_node, d
     elif kind is Repeat:
-        ex, tx, dx = _ends(node.item, memo, marks, nullable, conv)
+        ex, tx, dx = _marked(node.item, mark, at_end, memo, marks, nullable, conv)
         lo, hi = node.min, node.max
-        # the marks start in round i (rounds before it read none); the rounds after it read
-        # marks alone, so there may be some only if the item can (dx)
-        first = 0 if dx else max(lo, 1) - 1
-        got = (repeat(ex, lo, hi), seq(repeat(ex, first, None if hi is None else hi - 1), tx),
-               lo == 0 or dx)
+        # the marks are in round i; the rounds on the far side of it read marks alone, so
+        # there may be some only if the item can (dx)
+        rest = repeat(ex, 0 if dx else max(lo, 1) - 1, None if hi is None else hi - 1)
+        got = repeat(ex, lo, hi), (seq(rest, tx) if at_end else seq(tx, rest)), lo == 0 or dx
     else:
-        raise conv.unsupported("end anchor in this construct", "anchor")
+        raise conv.unsupported("anchor in this construct", "anchor")
     memo[id(node)] = got
     return got
 

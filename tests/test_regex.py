@@ -178,7 +178,7 @@ UNSUPPORTED = [
     (r"a(?=b)", "lookahead", 1), (r"a(?!b)", "negative lookahead", 1),
     (r"(?<=a)b", "lookbehind", 0), (r"x(?<!a)b", "negative lookbehind", 1),
     (r"(a)?(?(1)b|c)", "conditional group", 4), (r"\bfoo", "word boundary", 0),
-    (r"a\B", "word boundary", 1), (r"a?^b", "`^` anchor", 2), (r"a$b?", "`$` anchor", 1),
+    (r"a\B", "word boundary", 1), (r"(?m)a?^b", "`^` (MULTILINE) anchor", 6), (r"a$b?", "`$` anchor", 1),
     (r"a*+a", "possessive quantifier", 2), (r"(?>a|ab)c", "atomic group", 0),
 ]
 
@@ -214,8 +214,8 @@ def test_syntax_errors_carry_re_message_and_position(pattern: str, position: int
 _SHORT_TEXTS = ["".join(t) for n in range(5) for t in itertools.product("abc", repeat=n)]
 
 
-def _patterns_with_end_anchors() -> st.SearchStrategy[str]:
-    atoms = st.sampled_from(["a", "b", "$", "[ab]", "."])
+def _patterns_with_anchors() -> st.SearchStrategy[str]:
+    atoms = st.sampled_from(["a", "b", "$", "^", "[ab]", "."])
     return st.recursive(atoms, lambda inner: st.one_of(
         st.tuples(inner, inner).map("".join),
         st.tuples(inner, inner).map(lambda t: f"({t[0]}|{t[1]})"),
@@ -224,10 +224,10 @@ def _patterns_with_end_anchors() -> st.SearchStrategy[str]:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
-@given(pattern=_patterns_with_end_anchors(), anchored=st.booleans())
-def test_end_anchors_anywhere_match_as_re_does(pattern: str, anchored: bool) -> None:
-    """`$` (ECMA, search) and `\\Z` (full match) wherever they stand, in repeats and
-    alternatives too (`_resolve_ends`): the texts `re` matches, every text up to 4 long."""
+@given(pattern=_patterns_with_anchors(), anchored=st.booleans())
+def test_anchors_anywhere_match_as_re_does(pattern: str, anchored: bool) -> None:
+    """`^` and `$` (ECMA, search) and `^` and `\\Z` (full match) wherever they stand, in
+    repeats and alternatives too (`_resolve_marks`): the texts `re` matches, every text up to 4 long."""
     pattern = ("^" if anchored else "") + pattern
     full_pattern = pattern.replace("$", r"\Z")
     search = LazyDFA(Grammar({"start": regex_node(pattern, dialect="ecma", search=True)}))
@@ -237,10 +237,20 @@ def test_end_anchors_anywhere_match_as_re_does(pattern: str, anchored: bool) -> 
         assert full.matches(text.encode()) == (re.fullmatch(full_pattern, text) is not None), (full_pattern, text)
 
 
-@pytest.mark.parametrize("pattern", [r"(?>a\Z|b)c?", r"(a\Z|b)++c?"])
-def test_end_anchor_inside_atomic_or_possessive_raises(pattern: str) -> None:
-    with pytest.raises(UnsupportedRegexError, match="end anchor inside"):
+@pytest.mark.parametrize("pattern", [r"(?>a\Z|b)c?", r"(a\Z|b)++c?", r"c?(?>^a|b)"])
+def test_anchor_inside_atomic_or_possessive_raises(pattern: str) -> None:
+    with pytest.raises(UnsupportedRegexError, match="anchor inside"):
         regex_node(pattern)
+
+
+@pytest.mark.parametrize("pattern,flags", [(r"(?m)a\n^b", 0), (r"a\n^b", re.MULTILINE), (r"a$\nb", re.MULTILINE)])
+def test_multiline_anchors_between_lines_raise(pattern: str, flags: int) -> None:
+    # MULTILINE `^`/`$` hold at every line's start/end; `re`'s parser leaves that to its
+    # matcher, so it was once read as the input's start/end (a language without "a\nb")
+    with pytest.raises(UnsupportedRegexError, match="anchor"):
+        regex_node(pattern, flags=flags)
+    full = LazyDFA(Grammar({"start": regex_node(r"(?m)^ab$")}))
+    assert full.matches(b"ab") and not full.matches(b"a\nb")
 
 
 def test_python_search_with_dollar_before_newline_raises() -> None:
