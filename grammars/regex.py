@@ -15,7 +15,7 @@ Semantics, exact unless stated:
   `UnsupportedRegexError`;
 - anchors `^ $ \\A \\Z` are exact wherever they stand: where the position is
   known to be the start/end or known not to be, and elsewhere too, as in
-  `(\\w+($|/))+` or `(^|/)x` (see `_resolve_marks`), except Python's `$`,
+  `(\\w+($|/))+` or `(^|/)x` (see `grammars.anchor_marks`), except Python's `$`,
   which also matches before a final newline: where it is not known
   (`a$b?`) it raises, as `$` before a trailing newline (`a$\\n`) does;
 - IGNORECASE follows Python's matcher exactly, including non-ASCII
@@ -41,7 +41,8 @@ import warnings
 from typing import Callable
 
 from grammars import charsets as cs
-from grammars.ast import EMPTY, NOTHING, Alt, ByteSet, Grammar, Node, Repeat, Seq, alt, codepoints, repeat, seq, star
+from grammars.anchor_marks import END, START, resolve_marks
+from grammars.ast import EMPTY, NOTHING, ByteSet, Grammar, Node, alt, codepoints, repeat, seq, star
 from grammars.deep import deep_call
 from grammars.errors import RegexSyntaxError, UnsupportedRegexError
 from grammars.nfa import gc_paused
@@ -60,9 +61,6 @@ __all__ = ["regex_node", "regex_grammar"]
 Encoder = Callable[[list[tuple[int, int]]], Node]
 
 _YES, _NO, _MAYBE = 1, 0, 2  # is this point the start (end) of the input?
-# An anchor whose position is not known becomes one of these bytes (0xFF, 0xFE: no UTF-8
-# text holds them) while converting; `_resolve_marks` then removes them, exactly (see there).
-_END, _START = 1 << 255, 1 << 254
 _ANYTHING = ("anything",)  # follow set of an unanchored search suffix
 _I, _S, _A = int(re.IGNORECASE), int(re.DOTALL), int(re.ASCII)
 _M = int(re.MULTILINE)
@@ -143,7 +141,7 @@ def _regex_node(pattern: str, flags: int, dialect: str, encode: Encoder, search:
     conv = _Converter(pattern, source, origin, dialect, encode, tree.state)
     node = _convert(conv, tree, search)
     if conv.marked:
-        node = _resolve_marks(node, conv)
+        node = resolve_marks(node, lambda: conv.unsupported("anchor in this construct", "anchor"))
     return node
 
 
@@ -202,7 +200,7 @@ class _Converter:
         self._anchor_memo: dict[int, bool] = {}
         self._lit_memo: dict[int, Node] = {}
         self._seen: dict[str, int] = {}
-        self.marked = 0               # anchors left as `_END` / `_START` (see `_resolve_marks`)
+        self.marked = 0               # anchors left as `END` / `START` (see `grammars.anchor_marks`)
 
     # -- errors --------------------------------------------------------------
 
@@ -368,16 +366,16 @@ class _Converter:
 
     def anchor(self, code, s: int, e: int, follow) -> Node:
         if code in (_c.AT_BEGINNING, _c.AT_BEGINNING_STRING):
-            if s == _MAYBE:           # the start of the input, or nothing: resolved after (`_resolve_marks`)
+            if s == _MAYBE:           # the start of the input, or nothing: resolved after (`grammars.anchor_marks`)
                 self.marked += 1
-                return ByteSet(_START)
+                return ByteSet(START)
             return self._decide(s, "`^`" if code is _c.AT_BEGINNING else "`\\A`", "start")
         if code is _c.AT_BEGINNING_LINE:
             return self._decide(_MAYBE if s == _NO else s, "`^` (MULTILINE)", "start")
         if code is _c.AT_END_STRING or (code is _c.AT_END and self.ecma):
-            if e == _MAYBE:           # the end of the input, or nothing: resolved after (`_resolve_marks`)
+            if e == _MAYBE:           # the end of the input, or nothing: resolved after (`grammars.anchor_marks`)
                 self.marked += 1
-                return ByteSet(_END)
+                return ByteSet(END)
             return self._decide(e, "`$`" if code is _c.AT_END else "`\\Z`", "end")
         if code in (_c.AT_END, _c.AT_END_LINE):
             # Python's `$` also matches before a (final) newline: if no newline
@@ -492,123 +490,6 @@ class _Converter:
             out = any(_item_has_anchor(op, av, self) for op, av in data)
             self._anchor_memo[key] = out
         return out
-
-
-def _resolve_marks(node: Node, conv: _Converter) -> Node:
-    """`node` with its anchors left as marks (`_END`, `_START` bytes) made exact: the texts
-    it matches with every `_END` read as "the input ends here" and every `_START` as "the
-    input starts here".
-
-    Read as bytes, the marks make `node` a language over texts and marks. A text w
-    matches the pattern when some start marks, w, then some end marks (none or more
-    of each) are in it: an end anchor only holds where nothing follows, so every end
-    mark a match reads comes after all of w's characters, and every start mark
-    before them (the empty text, both start and end, takes marks in any order). Per node, `_marked` gives (E, T, D) for one kind of mark: E its
-    texts read without a mark, T the texts read with at least one (all of them at
-    that side), D whether it matches marks alone (the empty text included). E | T
-    of the whole resolves that kind; end marks first, then start marks (read as
-    characters until then). So `(\\w+($|/))+` matches "a/b/" (E) and "a/b" (T),
-    not "a/$b", and `(^|/)x` matches "x" and "a/x". No state is added: E and T are
-    built from the pattern's own nodes.
-    """
-    # (the empty text is both the start and the end: any order of marks reads it)
-    empty = _marks_only(node, {})
-    for mark, at_end in ((_END, True), (_START, False)):
-        e_node, t_node, _ = _marked(node, mark, at_end, {}, {}, {}, conv)
-        node = alt(e_node, t_node)
-    return alt(node, EMPTY) if empty else node
-
-
-def _marks_only(node: Node, memo: dict[int, bool]) -> bool:
-    """Whether `node` matches some string of marks alone (the empty one included)."""
-    got = memo.get(id(node))
-    if got is None:
-        kind = type(node)
-        if kind is ByteSet:
-            got = bool(node.mask & (_END | _START))
-        elif kind is Seq:
-            got = all(_marks_only(x, memo) for x in node.items)
-        elif kind is Alt:
-            got = any(_marks_only(x, memo) for x in node.items)
-        elif kind is Repeat:
-            got = node.min == 0 or _marks_only(node.item, memo)
-        else:
-            got = False
-        memo[id(node)] = got
-    return got
-
-
-def _has_mark(node: Node, mark: int, memo: dict[int, bool]) -> bool:
-    got = memo.get(id(node))
-    if got is None:
-        kind = type(node)
-        if kind is ByteSet:
-            got = bool(node.mask & mark)
-        elif kind is Seq or kind is Alt:
-            got = any(_has_mark(x, mark, memo) for x in node.items)
-        elif kind is Repeat:
-            got = _has_mark(node.item, mark, memo)
-        else:
-            got = False
-        memo[id(node)] = got
-    return got
-
-
-def _nullable(node: Node, memo: dict[int, bool]) -> bool:
-    got = memo.get(id(node))
-    if got is None:
-        kind = type(node)
-        if kind is ByteSet:
-            got = False
-        elif kind is Seq:
-            got = all(_nullable(x, memo) for x in node.items)
-        elif kind is Alt:
-            got = any(_nullable(x, memo) for x in node.items)
-        elif kind is Repeat:
-            got = node.min == 0 or _nullable(node.item, memo)
-        else:
-            raise TypeError(f"not a regex node: {node!r}")
-        memo[id(node)] = got
-    return got
-
-
-def _marked(node: Node, mark: int, at_end: bool, memo: dict, marks: dict, nullable: dict,
-            conv: _Converter) -> tuple[Node, Node, bool]:
-    """(E, T, D) of `node` for `mark` (see `_resolve_marks`)."""
-    if not _has_mark(node, mark, marks):
-        return node, NOTHING, _nullable(node, nullable)
-    got = memo.get(id(node))
-    if got is not None:
-        return got
-    kind = type(node)
-    if kind is ByteSet:
-        chars = node.mask & ~mark
-        got = (ByteSet(chars) if chars else NOTHING), EMPTY, True
-    elif kind is Alt:
-        parts = [_marked(x, mark, at_end, memo, marks, nullable, conv) for x in node.items]
-        got = alt(*(p[0] for p in parts)), alt(*(p[1] for p in parts)), any(p[2] for p in parts)
-    elif kind is Seq:
-        # end marks: they start in item i (T), after items read without one (E), and every
-        # later item reads marks alone (D); start marks the other way round
-        e_node, t_node, d = EMPTY, NOTHING, True
-        for x in (node.items if at_end else reversed(node.items)):
-            ex, tx, dx = _marked(x, mark, at_end, memo, marks, nullable, conv)
-            near = seq(e_node, tx) if at_end else seq(tx, e_node)
-            t_node = alt(near, t_node if dx else NOTHING)
-            e_node = seq(e_node, ex) if at_end else seq(ex, e_node)
-            d = d and dx
-        got = e_node, t_node, d
-    elif kind is Repeat:
-        ex, tx, dx = _marked(node.item, mark, at_end, memo, marks, nullable, conv)
-        lo, hi = node.min, node.max
-        # the marks are in round i; the rounds on the far side of it read marks alone, so
-        # there may be some only if the item can (dx)
-        rest = repeat(ex, 0 if dx else max(lo, 1) - 1, None if hi is None else hi - 1)
-        got = repeat(ex, lo, hi), (seq(rest, tx) if at_end else seq(tx, rest)), lo == 0 or dx
-    else:
-        raise conv.unsupported("anchor in this construct", "anchor")
-    memo[id(node)] = got
-    return got
 
 
 def _item_has_anchor(op, av, conv: _Converter) -> bool:
