@@ -227,7 +227,7 @@ def _patterns_with_anchors() -> st.SearchStrategy[str]:
 @given(pattern=_patterns_with_anchors(), anchored=st.booleans())
 def test_anchors_anywhere_match_as_re_does(pattern: str, anchored: bool) -> None:
     """`^` and `$` (ECMA, search) and `^` and `\\Z` (full match) wherever they stand, in
-    repeats and alternatives too (`_resolve_marks`): the texts `re` matches, every text up to 4 long."""
+    repeats and alternatives too (`grammars.anchor_marks`): the texts `re` matches, every text up to 4 long."""
     pattern = ("^" if anchored else "") + pattern
     full_pattern = pattern.replace("$", r"\Z")
     search = LazyDFA(Grammar({"start": regex_node(pattern, dialect="ecma", search=True)}))
