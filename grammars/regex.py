@@ -397,12 +397,12 @@ class _Converter:
 
     def _no_marks(self, before: int, construct: str) -> None:
         if self.marked != before:
-            raise self.unsupported(f"anchor inside a {construct}", "anchor")
+            raise self.unsupported(f"anchor inside {construct}", "anchor")
 
     def possessive(self, av, flags: int, s: int, e: int, follow) -> Node:
         before = self.marked
         node = self.repeat(av, flags, s, e, follow)
-        self._no_marks(before, "possessive quantifier")
+        self._no_marks(before, "a possessive quantifier")
         if not self._commits_like_greedy(av[2].data, flags, node_of_body=None, follow=follow):
             raise self.unsupported("possessive quantifier whose body can be followed by "
                                    "its own first character (changes the language)",
@@ -410,20 +410,16 @@ class _Converter:
         return node
 
     def atomic(self, sub, flags: int, s: int, e: int, follow) -> Node:
-        before = self.marked
-        try:
-            return self._atomic(sub, flags, s, e, follow)
-        finally:
-            self._no_marks(before, "atomic group")
-
-    def _atomic(self, sub, flags: int, s: int, e: int, follow) -> Node:
         data = sub.data
+        before = self.marked
         if len(data) == 1 and data[0][0] is _c.MAX_REPEAT:
             node = self.repeat(data[0][1], flags, s, e, follow)
+            self._no_marks(before, "an atomic group")
             if self._commits_like_greedy(data[0][1][2].data, flags, None, follow):
                 return node
         else:
             node = self.items(data, flags, s, e, follow)
+            self._no_marks(before, "an atomic group")
             if _prefix_free(node):
                 return node
         raise self.unsupported("atomic group that can match more than one length "
@@ -440,7 +436,14 @@ class _Converter:
         if cs.intersect(first, after):
             return False
         single = len(body) == 1 and body[0][0] in (_c.LITERAL, _c.NOT_LITERAL, _c.ANY, _c.IN)
-        return single or _prefix_free(self.items(body, flags, _MAYBE, _MAYBE, None))
+        if single:
+            return True
+        before = self.marked
+        alone = self.items(body, flags, _MAYBE, _MAYBE, None)
+        if self.marked != before:             # anchors the body alone cannot place: not proven
+            self.marked = before
+            return False
+        return _prefix_free(alone)
 
     def first(self, data, start: int, flags: int) -> tuple[list[tuple[int, int]], bool]:
         """(first characters, nullable) of the items `data[start:]`."""
