@@ -38,37 +38,39 @@ def resolve_marks(node: Node, unsupported: Callable[[], Exception]) -> Node:
     matches the pattern when some start marks, w, then some end marks (none or more
     of each) are in it: an end anchor only holds where nothing follows, so every end
     mark a match reads comes after all of w's characters, and every start mark
-    before them (the empty text, both start and end, takes marks in any order). Per node, `_marked` gives (E, T, D) for one kind of mark: E its
-    texts read without a mark, T the texts read with at least one (all of them at
-    that side), D whether it matches marks alone (the empty text included). E | T
+    before them (the empty text, both start and end, takes marks in any order).
+    Per node, `_marked` gives (E, T, D) for one kind of mark: E its texts read
+    without a mark, T the texts read with at least one (all of them at that
+    side), D whether it matches marks alone (the empty text included). E | T
     of the whole resolves that kind; end marks first, then start marks (read as
     characters until then). So `(\\w+($|/))+` matches "a/b/" (E) and "a/b" (T),
     not "a/$b", and `(^|/)x` matches "x" and "a/x". No state is added: E and T are
     built from the pattern's own nodes.
     """
     # (the empty text is both the start and the end: any order of marks reads it)
-    empty = _marks_only(node, {})
+    empty = _only(node, END | START, {})
     for mark, at_end in ((END, True), (START, False)):
         e_node, t_node, _ = _marked(node, mark, at_end, {}, {}, {}, unsupported)
         node = alt(e_node, t_node)
     return alt(node, EMPTY) if empty else node
 
 
-def _marks_only(node: Node, memo: dict[int, bool]) -> bool:
-    """Whether `node` matches some string of marks alone (the empty one included)."""
+def _only(node: Node, bits: int, memo: dict[int, bool]) -> bool:
+    """Whether `node` matches a string of the bytes in `bits` alone (the empty one included):
+    with no bits, whether it matches the empty text; with both marks', marks alone."""
     got = memo.get(id(node))
     if got is None:
         kind = type(node)
         if kind is ByteSet:
-            got = bool(node.mask & (END | START))
+            got = bool(node.mask & bits)
         elif kind is Seq:
-            got = all(_marks_only(x, memo) for x in node.items)
+            got = all(_only(x, bits, memo) for x in node.items)
         elif kind is Alt:
-            got = any(_marks_only(x, memo) for x in node.items)
+            got = any(_only(x, bits, memo) for x in node.items)
         elif kind is Repeat:
-            got = node.min == 0 or _marks_only(node.item, memo)
+            got = node.min == 0 or _only(node.item, bits, memo)
         else:
-            got = False
+            raise TypeError(f"not a regex node: {node!r}")
         memo[id(node)] = got
     return got
 
@@ -89,29 +91,11 @@ def _has_mark(node: Node, mark: int, memo: dict[int, bool]) -> bool:
     return got
 
 
-def _nullable(node: Node, memo: dict[int, bool]) -> bool:
-    got = memo.get(id(node))
-    if got is None:
-        kind = type(node)
-        if kind is ByteSet:
-            got = False
-        elif kind is Seq:
-            got = all(_nullable(x, memo) for x in node.items)
-        elif kind is Alt:
-            got = any(_nullable(x, memo) for x in node.items)
-        elif kind is Repeat:
-            got = node.min == 0 or _nullable(node.item, memo)
-        else:
-            raise TypeError(f"not a regex node: {node!r}")
-        memo[id(node)] = got
-    return got
-
-
 def _marked(node: Node, mark: int, at_end: bool, memo: dict, marks: dict, nullable: dict,
             unsupported: Callable[[], Exception]) -> tuple[Node, Node, bool]:
     """(E, T, D) of `node` for `mark` (see `resolve_marks`)."""
     if not _has_mark(node, mark, marks):
-        return node, NOTHING, _nullable(node, nullable)
+        return node, NOTHING, _only(node, 0, nullable)
     got = memo.get(id(node))
     if got is not None:
         return got
