@@ -286,6 +286,7 @@ class NFA(LazyRules, FragmentBuilder):
         self._frag_nodes: list[Node] = []    # the nodes of `_frags`, alive: their ids stay theirs
         self._dead = False  # built a NOTHING (some states may not reach their rule's end)
         self._head_tables: tuple[np.ndarray, ...] = ()   # the prelude's part of `_columns`, if any
+        self._stub: int | None = None        # lazy: the state count when the columns were thawed (`_thaw_columns`)
         # grammar rules first; subroutines are appended while building them
         self.rule_start: list[int] = [-1] * len(names)
         self.rule_end: list[int] = [-1] * len(names)
@@ -418,7 +419,7 @@ class NFA(LazyRules, FragmentBuilder):
             return
         del self._frags, self._frag_nodes, self._dead, self._mask_id, self._eps_src, self._eps_dst, self._byte_src, self._byte_mask, self._byte_dst
         del self._call_src, self._call_rule, self._call_dst, self._call_op, self._call_to, self._call_lo, self._call_hi
-        del self._subs, self._pending, self._labels, self._tries, self._head_tables
+        del self._subs, self._pending, self._labels, self._tries, self._head_tables, self._stub
         del self._lazy_rule_of, self._free_memo, self._entries, self._null_memo, self._built_labels, self._built_tries
 
     def _finish_native(self, max_depth: int, cols: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
@@ -434,7 +435,9 @@ class NFA(LazyRules, FragmentBuilder):
     def _need_is_trivial(self) -> bool:
         """Without rule calls and without dead parts (NOTHING, empty byte sets) every Thompson
         fragment state reaches its fragment's exit, hence its rule's end: need is 0 everywhere."""
-        return self.fast_need and REG not in self._call_op and not self._dead and 0 not in self._mask_id
+        calls = self._head_tables[2] if self._head_tables else None     # (the lists may hold stand-ins for it)
+        return (self.fast_need and REG not in self._call_op and not self._dead and 0 not in self._mask_id
+                and (calls is None or not (calls[3] == REG).any()))
 
     def _need_starts(self) -> list[int]:
         """Rule starts for `need`: a lazy rule without its body starts at its placeholder."""

@@ -292,3 +292,54 @@ def test_a_compile_leaves_no_reference_cycles(vocabulary) -> None:
     finally:
         gc.set_debug(0)
         gc.garbage.clear()
+
+
+def test_copying_a_fragment_built_before_a_body_reads_the_tables() -> None:
+    """Between builds the columns are stand-ins (`_thaw_columns`): copying a fragment built
+    before reads its edges from the tables and appends what a copy from full lists did."""
+    nfa = NFA(json_schema_grammar(NESTED), lazy=True)
+    assert nfa.unbuilt
+    eps, byte, call = nfa._head_tables
+    assert call.shape[1]                                      # (so the call columns are copied too)
+    entry = 0
+    frag = (entry, 0, 0, 0, 0, nfa._count, nfa.rule_end[0], eps.shape[1], byte.shape[1], call.shape[1])
+
+    def copied(stand_ins: bool) -> tuple[list[int], ...]:
+        twin = NFA(json_schema_grammar(NESTED), lazy=True)
+        twin._thaw_columns()
+        if not stand_ins:                                     # the lists as they were before stand-ins
+            for name, row in zip(lazy._COLUMNS, (*eps, *byte, *call)):
+                setattr(twin, name, row.tolist())
+            twin._stub = None
+        n = [len(getattr(twin, name)) for name in lazy._COLUMNS]
+        start = twin._new()
+        end = twin._copy(frag, start)
+        return (end, twin._count), *(getattr(twin, name)[k:] for name, k in zip(lazy._COLUMNS, n))
+
+    got = copied(True)
+    assert got == copied(False)
+    assert got[1] and got[3]                                  # edges were copied, not nothing
+
+
+def test_a_body_called_from_before_its_build_is_spliced_in_the_tables(vocabulary) -> None:
+    """The one call of a lazy body lies in the tables (the lists hold stand-ins): `_splice`
+    finds it there and makes it a SPLICE, and the body's end goes on where the call did."""
+    vocab = vocabulary("llama-bpe")
+    clear_cache()
+    fsm = compile_json_schema(NESTED, vocab)
+    nfa = fsm.dfa.nfa
+    rule = next(r for r in nfa._lazy if r != 1)
+    site = int(np.flatnonzero(nfa._head_tables[2][1] == rule)[0])
+    exit_ = int(nfa._head_tables[2][2, site])
+    ids = _ids(vocab, json.dumps({"name": "x", "size": {"w": 1, "h": 2}, "tags": [{"k": "a", "v": 1}]}))
+    guide = fsm.guide()
+    for t in ids:                                             # the DFA builds the bodies it reaches
+        assert guide.advance(t)
+    assert fsm.is_accepting(guide.state)
+    assert rule not in nfa._lazy
+    a = nfa.arrays                                            # (every body built: the tables are gone)
+    spliced = (a.call_op == SPLICE) & (a.call_dst == exit_)
+    assert spliced.sum() == 1 and a.call_rule[spliced][0] == -1
+    assert nfa.rule_start[rule] == nfa.rule_end[rule] != int(a.call_to[spliced][0])    # left to its placeholder
+    eps_ptr, eps_dst = a.eps_ptr, a.eps_dst
+    assert any(exit_ in eps_dst[eps_ptr[s]:eps_ptr[s + 1]].tolist() for s in range(nfa.num_states))
