@@ -420,42 +420,27 @@ class FragmentBuilder:
         """
         entry, c0, e0, b0, k0, c1, exit_, e1, b1, k1 = frag
         stub = self._stub
-        if stub is not None and c0 < stub:
-            return self._copy_old(frag, s)
+        if stub is not None and c0 < stub:        # built before a lazy body's columns were thawed: the
+            eps, byte, call = self._head_tables   # lists hold stand-ins there (`LazyRules._thaw_columns`)
+            eps_src, eps_dst = eps[:, e0:e1].tolist()
+            byte_src, byte_dst, byte_mask = byte[:, b0:b1].tolist()
+            calls = call[:, k0:k1].tolist() if k1 > k0 else None
+        else:
+            eps_src, eps_dst = self._eps_src[e0:e1], self._eps_dst[e0:e1]
+            byte_src, byte_dst, byte_mask = self._byte_src[b0:b1], self._byte_dst[b0:b1], self._byte_mask[b0:b1]
+            calls = None
+            if k1 > k0:
+                calls = (self._call_src[k0:k1], self._call_rule[k0:k1], self._call_dst[k0:k1], self._call_op[k0:k1],
+                         self._call_to[k0:k1], self._call_lo[k0:k1], self._call_hi[k0:k1])
         d = self._count - c0
         self._count += c1 - c0
-        src = self._eps_src
-        src.extend([s if a == entry else a + d for a in src[e0:e1]])
-        self._eps_dst.extend([b + d for b in self._eps_dst[e0:e1]])
-        src = self._byte_src
-        src.extend([s if a == entry else a + d for a in src[b0:b1]])
-        self._byte_mask.extend(self._byte_mask[b0:b1])
-        self._byte_dst.extend([b + d for b in self._byte_dst[b0:b1]])
-        if k1 > k0:
-            src = self._call_src
-            src.extend([s if a == entry else a + d for a in src[k0:k1]])
-            self._call_rule.extend(self._call_rule[k0:k1])
-            self._call_dst.extend([b + d for b in self._call_dst[k0:k1]])
-            self._call_op.extend(self._call_op[k0:k1])
-            self._call_to.extend([b + d if b >= 0 else b for b in self._call_to[k0:k1]])
-            self._call_lo.extend(self._call_lo[k0:k1])
-            self._call_hi.extend(self._call_hi[k0:k1])
-        return s if exit_ == entry else exit_ + d
-
-    def _copy_old(self, frag: tuple[int, ...], s: int) -> int:
-        """`_copy` of a fragment built before a lazy body's columns were thawed: its edges are
-        read from the tables, where the lists hold stand-ins (`LazyRules._thaw_columns`)."""
-        entry, c0, e0, b0, k0, c1, exit_, e1, b1, k1 = frag
-        eps, byte, call = self._head_tables
-        d = self._count - c0
-        self._count += c1 - c0
-        self._eps_src.extend([s if a == entry else a + d for a in eps[0, e0:e1].tolist()])
-        self._eps_dst.extend([b + d for b in eps[1, e0:e1].tolist()])
-        self._byte_src.extend([s if a == entry else a + d for a in byte[0, b0:b1].tolist()])
-        self._byte_dst.extend([b + d for b in byte[1, b0:b1].tolist()])
-        self._byte_mask.extend(byte[2, b0:b1].tolist())
-        if k1 > k0:
-            src, rule, dst, op, to, lo, hi = call[:, k0:k1].tolist()
+        self._eps_src.extend([s if a == entry else a + d for a in eps_src])
+        self._eps_dst.extend([b + d for b in eps_dst])
+        self._byte_src.extend([s if a == entry else a + d for a in byte_src])
+        self._byte_mask.extend(byte_mask)
+        self._byte_dst.extend([b + d for b in byte_dst])
+        if calls is not None:
+            src, rule, dst, op, to, lo, hi = calls
             self._call_src.extend([s if a == entry else a + d for a in src])
             self._call_rule.extend(rule)
             self._call_dst.extend([b + d for b in dst])
