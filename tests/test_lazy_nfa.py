@@ -246,7 +246,7 @@ def test_a_cached_lazy_nfa_keeps_no_per_edge_python_objects(vocabulary) -> None:
     for t in _ids(vocab, json.dumps({"name": "a", "size": {"w": 1, "h": 2, "unit": "in", "d": 3}})):
         assert guide.advance(t)
     assert guide.is_accepting()
-    assert nfa._eps_src is None                          # dropped again after the build
+    assert getattr(nfa, "_eps_src", None) is None        # dropped again after the build (pure Python: deleted)
     for bad in ('{"size": {"w": 1, "h": 2, "w": 3}}', '{"size": {"w": 1, "h": 2, "d": "x"}}'):
         guide = fsm.guide()
         ok = all(guide.advance(t) for t in _ids(vocab, bad))
