@@ -27,7 +27,8 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterator
 
 from constrained.errors import EmptyConstraintError, InvalidSchemaError
-from constrained.token_fsm import WORK, TokenFSM
+from constrained.token_fsm import TokenFSM
+from constrained.work import WORK
 from grammars.deep import deep_call
 from grammars.nfa import gc_paused
 

@@ -22,7 +22,6 @@ Example:
 from __future__ import annotations
 
 import threading
-import time
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -31,6 +30,7 @@ from constrained.errors import IncompatibleVocabularyError
 from constrained.slice_view import MAX_EXCLUDED, SliceView, slice_view
 from constrained.slices import follows_utf8, ids_bitmask
 from constrained.vocab_index import VocabIndex
+from constrained.work import WORK
 
 if TYPE_CHECKING:
     from constrained.guide import Guide
@@ -53,43 +53,6 @@ _MOVE_BYTES = 160
 # Unsorted ids up to this many are scanned for a token (as fast as a binary search);
 # longer ones are sorted on their first lookup.
 _MAX_SCAN = 4096
-
-
-class EngineWork:
-    """Whether this process is computing something new (a state's masks here, a compile in
-    `constrained.compile`), and when it last did: the compile cache frees evicted FSMs only
-    while none runs and the last ended long ago. Marked at the start as well as the end:
-    marked only at the end, a mask or compile longer than the idle time let the freeing run
-    beside it, and every GIL-free kernel call in it then waited for the freeing thread to let
-    go of the GIL (one 7 ms mask took 45-56 ms in a benchmark worker).
-
-    Example:
-        >>> work = EngineWork()
-        >>> with work:
-        ...     work.idle_for() == 0.0
-        True
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._running = 0
-        self._last = 0.0
-
-    def __enter__(self) -> None:
-        with self._lock:
-            self._running += 1
-
-    def __exit__(self, *exc: object) -> None:
-        with self._lock:
-            self._running -= 1
-            self._last = time.perf_counter()
-
-    def idle_for(self) -> float:
-        """Seconds since the last work ended; 0.0 while some runs."""
-        return 0.0 if self._running else time.perf_counter() - self._last
-
-
-WORK = EngineWork()
 
 
 class StateMasks:

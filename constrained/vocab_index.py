@@ -24,6 +24,7 @@ from constrained.lead_gap import GapStarts, gap_starts
 from constrained.slices import (UTF8_SLICES, Slice, build_byteset_slice, build_slice, derive_utf8_slice,
                                nodes_by_byte, pack_bits, utf8_table)
 from constrained.vocab_trie import VocabTrie
+from constrained.work import WORK
 
 if TYPE_CHECKING:
     from constrained.vocab import Vocabulary
@@ -172,7 +173,8 @@ class VocabIndex:
             if hit is not None:
                 cls._cache.move_to_end(key)
                 return hit
-        index = cls(vocab)
+        with WORK:                              # (no huge pages for its temporaries: see `constrained.work`)
+            index = cls(vocab)
         with cls._lock:
             cls._cache[key] = index
             while len(cls._cache) > _CACHE_SIZE:

@@ -506,7 +506,7 @@ def test_the_reaper_waits_for_idle_time_unless_evictions_pile_up(monkeypatch: py
     import time
 
     import constrained.compile as compile_module
-    from constrained.token_fsm import WORK
+    from constrained.work import WORK
 
     monkeypatch.setattr(compile_module, "_IDLE_S", 0.05)
     with WORK:
