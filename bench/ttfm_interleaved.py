@@ -13,6 +13,7 @@ EVERY-th schema of ../shared/corpus/maskbench-dev, default 2 and 3); needs
 llguidance. With FLUSH_MB, each compile (either engine's) comes after a write
 over that many megabytes and a SLEEP_MS sleep (default 2): the cold caches of
 `python -m bench masks`' workers, where the other engine ran in between.
+FLUSH_MB 0 is the idle wait alone (``0 20``: both engines run 2-2.5x slower).
 """
 import gc
 import glob
@@ -45,9 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     sleep_s = float(args[3]) / 1e3 if len(args) > 3 else 2e-3
 
     def cool() -> None:
-        if flush is not None and len(flush):
+        if flush is None:
+            return
+        if len(flush):
             flush[::64] += 1              # a byte per cache line
-            time.sleep(sleep_s)
+        time.sleep(sleep_s)
     warnings.simplefilter("ignore")       # schema notes (unknown keywords) on every compile
     tok = hf_tokenizer("llama-bpe")
     vocab = Vocabulary.from_tokenizer(tok)
