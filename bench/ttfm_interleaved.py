@@ -13,7 +13,7 @@ EVERY-th schema of ../shared/corpus/maskbench-dev, default 2 and 3); needs
 llguidance. With FLUSH_MB, each compile (either engine's) comes after a write
 over that many megabytes and a SLEEP_MS sleep (default 2): the cold caches of
 `python -m bench masks`' workers, where the other engine ran in between.
-FLUSH_MB 0 is the idle wait alone (``0 20``: both engines run 2-2.5x slower).
+FLUSH_MB 0 is the idle wait alone (``0 20``: both engines run 2-3x slower).
 """
 import gc
 import glob

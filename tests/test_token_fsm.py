@@ -507,6 +507,7 @@ def test_the_reaper_waits_for_idle_time_unless_evictions_pile_up(monkeypatch: py
 
     import constrained.compile as compile_module
     from constrained.work import WORK
+    from tests.test_work import work_in_another_thread
 
     monkeypatch.setattr(compile_module, "_IDLE_S", 0.05)
     with WORK:
@@ -515,22 +516,11 @@ def test_the_reaper_waits_for_idle_time_unless_evictions_pile_up(monkeypatch: py
     compile_module._wait_idle()
     assert time.perf_counter() - t >= 0.04               # waited for 50 ms without work
     # work that started but has not ended (a long mask, a long compile) is not idle time
-    started, release = threading.Event(), threading.Event()
-
-    def long_work() -> None:
-        with WORK:
-            started.set()
-            release.wait(10)
-
-    worker = threading.Thread(target=long_work)
-    worker.start()
-    started.wait(10)
-    waited = threading.Thread(target=compile_module._wait_idle)
-    waited.start()
-    waited.join(0.2)
-    assert waited.is_alive()                             # 200 ms into the work, still waiting
-    release.set()
-    worker.join(10)
+    with work_in_another_thread(WORK):
+        waited = threading.Thread(target=compile_module._wait_idle)
+        waited.start()
+        waited.join(0.2)
+        assert waited.is_alive()                         # 200 ms into the work, still waiting
     waited.join(10)
     assert not waited.is_alive()                         # and done once it ended and 50 ms passed
     monkeypatch.setattr(compile_module, "_REAP_BACKLOG", 0)

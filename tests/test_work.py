@@ -3,11 +3,33 @@
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
+from typing import Iterator
 
 import numpy as np
 import pytest
 
 from constrained.work import EngineWork, _hugepage_switch
+
+
+@contextmanager
+def work_in_another_thread(work: EngineWork) -> Iterator[None]:
+    """Inside: another thread is inside `work` (a long mask or compile); it ends on leaving."""
+    inside, release = threading.Event(), threading.Event()
+
+    def long_work() -> None:
+        with work:
+            inside.set()
+            release.wait(10)
+
+    t = threading.Thread(target=long_work)
+    t.start()
+    assert inside.wait(10)
+    try:
+        yield
+    finally:
+        release.set()
+        t.join(10)
 
 
 @pytest.fixture
@@ -32,21 +54,10 @@ def test_numpy_advises_no_huge_pages_while_work_runs_and_as_before_after(switch)
 
 def test_the_advice_comes_back_only_when_the_last_of_several_threads_ends(switch) -> None:
     work = EngineWork()
-    inside, release = threading.Event(), threading.Event()
-
-    def long_work() -> None:
+    with work_in_another_thread(work):
         with work:
-            inside.set()
-            release.wait(10)
-
-    t = threading.Thread(target=long_work)
-    t.start()
-    assert inside.wait(10)
-    with work:
-        pass                                          # ends while the other thread still works
-    assert switch(False) is False
-    release.set()
-    t.join(10)
+            pass                                      # ends while the other thread still works
+        assert switch(False) is False
     assert switch(True) is True
 
 
