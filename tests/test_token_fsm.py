@@ -10,6 +10,7 @@ include states inside multi-byte characters, counters and escapes.
 from __future__ import annotations
 
 import json
+import marshal
 import random
 
 import numpy as np
@@ -18,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from constrained.compile import compile_json_schema, compile_regex
-from constrained.errors import ConstraintError, EmptyConstraintError, IncompatibleVocabularyError
+from constrained.errors import ConstraintError, EmptyConstraintError, IncompatibleVocabularyError, StateBudgetError
 from constrained.slices import equivalent as equivalent_states
 from constrained.token_fsm import TokenFSM
 from constrained.vocab import Vocabulary
@@ -338,6 +339,26 @@ def test_compile_cache_and_inputs(gpt2):
     for t in gpt2_encode(gpt2, '{"x": 1, "y": 2}'):
         assert g.advance(t)
     assert gpt2.eos_token_ids[0] in g.allowed_token_ids()
+
+
+def test_compile_cache_tells_json_values_apart(gpt2):
+    """The cache key (the schema's `marshal` bytes) separates what JSON texts separate: 1 from 1.0
+    and from true. A schema marshal refuses (too deep) is keyed by its text, and still cached."""
+    one, one_f, true = ({"const": v} for v in (1, 1.0, True))
+    fsms = [compile_json_schema(x, gpt2) for x in (one, one_f, true)]
+    assert len({id(f) for f in fsms}) == 3
+    assert compile_json_schema({"const": 1}, gpt2) is fsms[0]
+    assert fsms[2].matches(b"true") and not fsms[0].matches(b"true")
+    deep: dict = {"type": "string"}
+    for _ in range(2100):
+        deep = {"anyOf": [deep]}
+    with pytest.raises(ValueError):
+        marshal.dumps(deep, 2)
+    try:
+        first = compile_json_schema(deep, gpt2)
+    except StateBudgetError:                  # nesting past the compiler's own limit: said, not crashed
+        return
+    assert compile_json_schema(deep, gpt2) is first
 
 
 def test_compile_cache_keeps_declared_member_order(gpt2):
