@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Callable
 
 from grammars.ast import EMPTY, NOTHING, Alt, ByteSet, Node, Repeat, Seq, alt, repeat, seq
+from grammars.native import checkpoint
 
 __all__ = ["END", "START", "resolve_marks"]
 
@@ -94,6 +95,7 @@ def _has_mark(node: Node, mark: int, memo: dict[int, bool]) -> bool:
 def _marked(node: Node, mark: int, at_end: bool, memo: dict, marks: dict, nullable: dict,
             unsupported: Callable[[], Exception]) -> tuple[Node, Node, bool]:
     """(E, T, D) of `node` for `mark` (see `resolve_marks`)."""
+    checkpoint()                         # compiled: let other threads in (see `grammars.native`)
     if not _has_mark(node, mark, marks):
         return node, NOTHING, _only(node, 0, nullable)
     got = memo.get(id(node))

@@ -45,6 +45,7 @@ from grammars.anchor_marks import END, START, resolve_marks
 from grammars.ast import EMPTY, NOTHING, ByteSet, Grammar, Node, alt, codepoints, repeat, seq, star
 from grammars.deep import deep_call
 from grammars.errors import RegexSyntaxError, UnsupportedRegexError
+from grammars.native import checkpoint
 from grammars.nfa import gc_paused
 from grammars.trie import is_word_list, trie_alt, word_list
 
@@ -274,6 +275,7 @@ class _Converter:
 
     def items(self, data, flags: int, s: int, e: int, follow) -> Node:
         """A sequence of parse items."""
+        checkpoint()                     # compiled: let other threads in (see `grammars.native`)
         n = len(data)
         if n == 1:
             return self.item(data[0][0], data[0][1], flags, s, e, (data, 1, flags, follow))
