@@ -52,10 +52,15 @@ _lock = threading.Lock()
 # so growth since the last count may exceed `CACHE_BYTES` for up to `_RECOUNT`
 # compiles. Measuring 128 FSMs on every compile cost 45 us in a quiet process and
 # 140-270 us in a server whose masks keep the CPU caches cold, a quarter of the
-# median compile.
+# median compile. Done inline every `_RECOUNT` compiles, it still cost that sixteenth
+# compile 0.4-1.5 ms after an idle wait (123 cold FSMs; the benchmark's
+# Github_easy---o69838 took 2.5 ms instead of 1.1): so the count is the reaper's, done
+# while the engine is idle (`_ask_recount`), and inline only once the sum passes the
+# budget or `_RECOUNT_INLINE` compiles came without an idle moment.
 _RECOUNT = 16
+_RECOUNT_INLINE = 4 * _RECOUNT
 _sizes: dict[Hashable, int] = {}          # per cached key, its FSM's size when last measured
-_held = {"bytes": 0, "since": 0}          # their sum; compiles since the last count
+_held = {"bytes": 0, "since": 0, "asked": 0}   # their sum; compiles since the last count; a count asked
 # Evicted FSMs are freed on the `_reaper` thread, off the compiling caller's path,
 # while the engine is idle. Freeing a used FSM (its memoized masks, DFA tables and
 # lazy syntax: thousands of small objects, cold in the CPU caches) took 260 us at
@@ -170,7 +175,7 @@ def clear_cache() -> None:
     with _lock:
         _cache.clear()
         _sizes.clear()
-        _held["bytes"] = _held["since"] = 0
+        _held["bytes"] = _held["since"] = _held["asked"] = 0
         _evicted.clear()
         _evicted_bytes[0] = 0
 
@@ -199,15 +204,34 @@ def _cached(key: Hashable, build: Callable[[], TokenFSM]) -> TokenFSM:
         _held["since"] += 1
         while len(_cache) > _CACHE_SIZE:
             evicted.append(_evict_oldest())
-        if _held["since"] >= _RECOUNT or _held["bytes"] > CACHE_BYTES:
-            for k, f in _cache.items():
-                _sizes[k] = f.held_bytes
-            _held["bytes"], _held["since"] = sum(_sizes.values()), 0
-            while _held["bytes"] > CACHE_BYTES and len(_cache) > 1:   # the newest stays, whatever its size
-                evicted.append(_evict_oldest())
+        ask = False
+        if _held["bytes"] > CACHE_BYTES or _held["since"] >= _RECOUNT_INLINE:
+            evicted += _recount()
+        elif _held["since"] >= _RECOUNT and not _held["asked"]:
+            _held["asked"] = ask = True
     if evicted:
         _drop(evicted)
+    if ask:
+        _ask_recount()
     return fsm
+
+
+def _recount() -> list[TokenFSM]:
+    """Measure every cached FSM again; evict the oldest while they hold more than `CACHE_BYTES`
+    (the newest stays, whatever its size). Called with `_lock` held; returns the evicted."""
+    for k, f in _cache.items():
+        _sizes[k] = f.held_bytes
+    _held["bytes"], _held["since"], _held["asked"] = sum(_sizes.values()), 0, 0
+    evicted = []
+    while _held["bytes"] > CACHE_BYTES and len(_cache) > 1:
+        evicted.append(_evict_oldest())
+    return evicted
+
+
+def _ask_recount() -> None:
+    """Have the reaper `_recount` once the engine is idle (see `_RECOUNT`)."""
+    _start_reaper()
+    _reap.put(None)
 
 
 def _evict_oldest() -> TokenFSM:
@@ -221,7 +245,6 @@ def _evict_oldest() -> TokenFSM:
 def _drop(fsms: list[TokenFSM]) -> None:
     """Free `fsms` on the reaper thread (started on first use), off the compiling caller's path,
     once `_REAP_BATCH` evicted FSMs (or `_REAP_BATCH_BYTES`) wait: see `_REAP_BATCH`."""
-    global _reaper
     with _lock:
         _evicted.extend(fsms)
         if len(_evicted) < _REAP_BATCH and _evicted_bytes[0] < _REAP_BATCH_BYTES:
@@ -229,20 +252,34 @@ def _drop(fsms: list[TokenFSM]) -> None:
         batch = _evicted[:]
         _evicted.clear()
         _evicted_bytes[0] = 0
-        if _reaper is None or not _reaper.is_alive():
-            _reaper = threading.Thread(target=_reap_forever, name="constrained-cache-reaper", daemon=True)
-            _reaper.start()
+    _start_reaper()
     _reap.put(batch)
 
 
+def _start_reaper() -> None:
+    global _reaper
+    with _lock:
+        if _reaper is None or not _reaper.is_alive():
+            _reaper = threading.Thread(target=_reap_forever, name="constrained-cache-reaper", daemon=True)
+            _reaper.start()
+
+
 def _backlogged() -> bool:
-    """Whether `_REAP_BACKLOG` evicted FSMs or more wait for the reaper (in batches of `_REAP_BATCH`)."""
-    return _reap.qsize() * _REAP_BATCH >= _REAP_BACKLOG
+    """Whether `_REAP_BACKLOG` evicted FSMs or more wait for the reaper (in batches of `_REAP_BATCH`;
+    a recount asked is no batch)."""
+    return (_reap.qsize() - _held["asked"]) * _REAP_BATCH >= _REAP_BACKLOG
 
 
 def _reap_forever() -> None:
     while True:
         fsms = _reap.get()
+        if fsms is None:                    # `_ask_recount`: measure the cache once nothing runs
+            _wait_idle()
+            with _lock:
+                evicted = _recount() if _held["asked"] else []
+            if evicted:
+                _drop(evicted)
+            continue
         while fsms:
             fsm = fsms.pop()
             if sys.getrefcount(fsm) == 2:   # this name and the call's argument: nobody else holds it

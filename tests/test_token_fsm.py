@@ -402,7 +402,9 @@ def test_compile_cache_is_bounded_by_bytes(gpt2, monkeypatch: pytest.MonkeyPatch
 
 
 def test_compile_cache_frees_evicted_fsms_and_recounts_growth(gpt2, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An evicted FSM is freed (on the reaper thread, soon); growth after caching is counted within `_RECOUNT` compiles."""
+    """An evicted FSM is freed (on the reaper thread, soon); growth after caching is counted after
+    `_RECOUNT` compiles, by the reaper once the engine is idle, or inline after `_RECOUNT_INLINE`
+    compiles without an idle moment."""
     import gc
     import time
     import weakref
@@ -431,8 +433,25 @@ def test_compile_cache_frees_evicted_fsms_and_recounts_growth(gpt2, monkeypatch:
     assert grown.held_bytes > size_when_added
     for n in range(compile_module._RECOUNT):
         compile_regex(f"[0-9]{{{n + 1}}}", gpt2)
+    assert compile_module._held["asked"]                 # asked of the reaper, not done in the compile
+    deadline = time.monotonic() + 10
+    while compile_module._held["asked"] and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert compile_module._sizes[next(iter(compile_module._sizes))] == grown.held_bytes
     assert compile_module._held["bytes"] == sum(f.held_bytes for f in compile_module._cache.values())
+
+    compile_module.clear_cache()                         # never idle: inline, after `_RECOUNT_INLINE`
+    monkeypatch.setattr(compile_module.WORK, "idle_for", lambda: 0.0)
+    grown = compile_regex("[a-z]{1,40}[0-9]", gpt2)
+    g = grown.guide()
+    for t in gpt2_encode(gpt2, "abcdefghij"):
+        assert g.advance(t)
+    for n in range(compile_module._RECOUNT_INLINE - 2):         # (with `grown`, one short of it)
+        compile_regex(f"[0-9]{{{n + 1}}}x", gpt2)
+        assert compile_module._sizes[next(iter(compile_module._sizes))] < grown.held_bytes, (n, compile_module._held)
+    compile_regex("[0-9]x{2}", gpt2)
+    assert compile_module._sizes[next(iter(compile_module._sizes))] == grown.held_bytes
+    assert compile_module._held["since"] == 0
     compile_module.clear_cache()
 
 
