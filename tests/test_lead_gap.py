@@ -58,9 +58,12 @@ def test_first_mask_matches_full_walk(name, vocabulary):
             full = TokenFSM(cls(g, max_depth=g.info["max_depth"]), vocab)
             a, b = short.masks(short.initial), full.masks(full.initial)
             assert np.array_equal(a.bitmask, b.bitmask), (case["name"], policy)
-            assert np.array_equal(a.ids, b.ids), (case["name"], policy)
-            for sa, sb in zip(a.next.tolist(), b.next.tolist()):
-                assert np.array_equal(short.bitmask(sa), full.bitmask(sb)), (case["name"], policy)
+            # every allowed token leads to states allowing the same tokens (the full walk may
+            # hold some of them in a slice view, the start's walk lists them all)
+            for t in short.allowed_token_ids(short.initial).tolist():
+                sa, sb = short.next_state(short.initial, t), full.next_state(full.initial, t)
+                assert (sa < 0) == (sb < 0) and np.array_equal(short.bitmask(sa), full.bitmask(sb)), \
+                    (case["name"], policy, t)
 
 
 def test_not_for_text_or_without_a_leading_gap(vocabulary):
