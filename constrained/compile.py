@@ -27,11 +27,15 @@ import warnings
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterator
 
+from constrained.dfa_jit import native_dfa_class
 from constrained.errors import EmptyConstraintError, InvalidSchemaError
 from constrained.token_fsm import TokenFSM
 from constrained.work import WORK
 from grammars.deep import deep_call
+from grammars.dfa import LazyDFA
+from grammars.json_schema import json_schema_grammar
 from grammars.nfa import gc_paused
+from grammars.regex import regex_grammar
 
 if TYPE_CHECKING:
     from constrained.vocab import Vocabulary
@@ -107,8 +111,6 @@ def compile_regex(pattern: str, vocab: "Vocabulary", *, max_states: int = MAX_ST
         RegexSyntaxError, UnsupportedRegexError: bad pattern.
         IncompatibleVocabularyError: no token can start a match.
     """
-    from grammars.regex import regex_grammar
-
     if not isinstance(pattern, str):
         raise TypeError(f"pattern must be a str, got {type(pattern).__name__}: {pattern!r}")
     key = ("regex", pattern, _options_key(options), max_states, vocab.fingerprint)
@@ -134,8 +136,6 @@ def compile_json_schema(schema: Any, vocab: "Vocabulary", *, max_states: int = M
         InvalidSchemaError, UnsupportedSchemaError: bad or unsupported schema.
         IncompatibleVocabularyError: no token can start a document.
     """
-    from grammars.json_schema import json_schema_grammar
-
     schema = _as_schema_dict(schema)
     key = ("json", _schema_key(schema), _options_key(options), max_states, vocab.fingerprint)
     built: list[TokenFSM] = []
@@ -156,9 +156,6 @@ def compile_json_schema(schema: Any, vocab: "Vocabulary", *, max_states: int = M
 
 def compile_grammar(grammar, vocab: "Vocabulary", *, max_states: int = MAX_STATES) -> TokenFSM:
     """Token FSM of a `grammars.ast.Grammar` (not cached)."""
-    from constrained.dfa_jit import native_dfa_class
-    from grammars.dfa import LazyDFA
-
     if not isinstance(max_states, int) or isinstance(max_states, bool) or max_states < 1:
         raise ValueError(f"max_states must be a positive int, got {max_states!r}")
     dfa_class = native_dfa_class() or LazyDFA

@@ -145,6 +145,9 @@ def _sort_pairs(ids: np.ndarray, nxt: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return sorted_ids, dense[sorted_ids]
 
 
+_Guide = None                                 # `constrained.guide.Guide`, imported on first use
+
+
 class TokenFSM:
     """Token-level view of a byte DFA over a vocabulary, computed lazily.
 
@@ -283,8 +286,10 @@ class TokenFSM:
 
     def guide(self) -> "Guide":
         """A fresh cursor at the initial state."""
-        from constrained.guide import Guide
-        return Guide(self)
+        global _Guide
+        if _Guide is None:                    # (`constrained.guide` imports this module)
+            from constrained.guide import Guide as _Guide
+        return _Guide(self)
 
     @property
     def num_states_visited(self) -> int:
