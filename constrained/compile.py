@@ -51,16 +51,17 @@ MAX_STATES = 100_000
 _cache: "OrderedDict[Hashable, TokenFSM]" = OrderedDict()
 _lock = threading.Lock()
 # Cached FSMs grow while they are used (states visited, masks memoized). What they
-# hold is measured when one is added, and all of them are measured again every
+# hold is measured when one is added, and all of them are measured again after
 # `_RECOUNT` compiles and whenever the sum of the last measures passes the budget;
-# so growth since the last count may exceed `CACHE_BYTES` for up to `_RECOUNT`
-# compiles. Measuring 128 FSMs on every compile cost 45 us in a quiet process and
-# 140-270 us in a server whose masks keep the CPU caches cold, a quarter of the
-# median compile. Done inline every `_RECOUNT` compiles, it still cost that sixteenth
-# compile 0.4-1.5 ms after an idle wait (123 cold FSMs; the benchmark's
-# Github_easy---o69838 took 2.5 ms instead of 1.1): so the count is the reaper's, done
-# while the engine is idle (`_ask_recount`), and inline only once the sum passes the
-# budget or `_RECOUNT_INLINE` compiles came without an idle moment.
+# so growth since the last count may exceed `CACHE_BYTES` for a while (at most
+# `_RECOUNT_INLINE` compiles). Measuring 128 FSMs on every compile cost 45 us in a
+# quiet process and 140-270 us in a server whose masks keep the CPU caches cold, a
+# quarter of the median compile. Done inline every `_RECOUNT` compiles, it still cost
+# that compile 0.4 ms at the median after an idle wait (123 cold FSMs; 5.9 ms at worst),
+# and the benchmark's schemas at every 16th compile were 1.22-1.33x llguidance's TTFM
+# against about 1.0 for the rest: so the count is the reaper's, done while the engine
+# is idle (`_ask_recount`), and inline only once the sum passes the budget or
+# `_RECOUNT_INLINE` compiles came without an idle moment.
 _RECOUNT = 16
 _RECOUNT_INLINE = 4 * _RECOUNT
 _sizes: dict[Hashable, int] = {}          # per cached key, its FSM's size when last measured
@@ -205,7 +206,7 @@ def _cached(key: Hashable, build: Callable[[], TokenFSM]) -> TokenFSM:
         if _held["bytes"] > CACHE_BYTES or _held["since"] >= _RECOUNT_INLINE:
             evicted += _recount()
         elif _held["since"] >= _RECOUNT and not _held["asked"]:
-            _held["asked"] = ask = True
+            _held["asked"], ask = 1, True
     if evicted:
         _drop(evicted)
     if ask:
