@@ -210,3 +210,37 @@ def _suffixes() -> list[str]:
     import importlib.machinery
 
     return importlib.machinery.EXTENSION_SUFFIXES
+
+
+# -- the profile-guided build's workload (`setup.py`, `grammars.pgo_train`) ------------------------------------
+
+
+def test_the_training_schemas_and_regexes_all_compile() -> None:
+    """A built-in training schema that the compiler refuses would leave its paths out of every profile."""
+    from grammars.pgo_train import REGEXES, SCHEMAS, train
+
+    assert train(SCHEMAS, rounds=1) == len(SCHEMAS) + len(REGEXES)
+
+
+def test_training_reads_bench_corpus_files() -> None:
+    from grammars.pgo_train import _load
+
+    case = _load(str(ROOT / "bench" / "corpus" / "api_event.json"))
+    assert case["type"] == "object" and "tests" not in case
+
+
+def test_training_without_compiled_modules_says_so() -> None:
+    """`setup.py` builds plainly when the training did not run on compiled (instrumented) modules."""
+    done = subprocess.run([sys.executable, "-m", "grammars.pgo_train"], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, native.ENV: "0"}, timeout=300)
+    assert done.returncode == 1
+    assert "no compiled module of grammars is loaded" in done.stderr
+
+
+@needs_build
+def test_training_runs_on_the_compiled_modules() -> None:
+    case = str(ROOT / "bench" / "corpus" / "api_event.json")
+    done = subprocess.run([sys.executable, "-m", "grammars.pgo_train", case], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "compiled modules" in done.stdout
