@@ -117,8 +117,8 @@ class ParallelBuildExt(build_ext):
 
 
 def _gcc() -> bool:
-    """Whether the C compiler is GCC (a profile-guided build reads its .gcda files; clang's
-    profiles need llvm-profdata), unless ``CONSTRAINED_PGO=0``."""
+    """Whether the C compiler is GCC 10 or later (a profile-guided build reads its .gcda files;
+    clang's profiles need llvm-profdata), unless ``CONSTRAINED_PGO=0``."""
     if sys.platform == "win32" or os.environ.get("CONSTRAINED_PGO", "1") == "0":
         return False
     cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()
@@ -126,7 +126,13 @@ def _gcc() -> bool:
         version = subprocess.run([*cc, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
         return False
-    return "Free Software Foundation" in version
+    if "Free Software Foundation" not in version:
+        return False
+    try:   # -fprofile-partial-training is GCC 10's: an older one would fail every module, leaving Python
+        major = subprocess.run([*cc, "-dumpversion"], capture_output=True, text=True, timeout=30).stdout
+        return int(major.strip().split(".")[0]) >= 10
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return False
 
 
 def compiled_extensions() -> list[Extension]:
