@@ -12,7 +12,10 @@ On a GPU (``--device cuda``) the ids and scores are made there, and the device i
 synchronized before each step's clock starts (as `decode` does): the time is
 the host's, with the transfer of the new ids.
 
-Run: ``python -m bench.processor_replay [--inplace] [--threads N] [--device cuda]``
+With ``--flush-mb N`` each step comes after a write over N MB (the cold caches a
+forward pass leaves; the scores row itself is touched after it).
+
+Run: ``python -m bench.processor_replay [--inplace] [--threads N] [--device cuda] [--flush-mb N]``
 """
 
 from __future__ import annotations
@@ -41,7 +44,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--inplace", action="store_true", help="hf_logits_processor(inplace=True)")
     p.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch CPU threads")
     p.add_argument("--device", default="cpu", help="torch device of the ids and scores (e.g. cuda)")
+    p.add_argument("--flush-mb", type=int, default=0,
+                   help="before each step, write over this many MB (a forward pass's cold caches; 0: none)")
     args = p.parse_args(argv)
+    flush = np.zeros(args.flush_mb << 20, dtype=np.uint8)
     device = torch.device(args.device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     torch.set_num_threads(args.threads)
@@ -59,6 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for k in range(len(ids) + 1):
             input_ids = torch.tensor([prompt + ids[:k]], device=device)
             scores = torch.randn(1, COLUMNS, device=device)
+            if len(flush):
+                flush[::64] += 1          # a byte per cache line
+                scores[0, :: 16] += 0     # the scores themselves stay as warm as a forward pass leaves them
             sync()
             t = time.perf_counter_ns()
             proc(input_ids, scores)
@@ -66,7 +75,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return np.array(out) / 1e3
 
     first, again = replay(), replay()
-    print(f"{len(ids) + 1} steps, {'in place' if args.inplace else 'masked copy'}, {device}, {args.threads} torch threads: "
+    cold = f", {args.flush_mb} MB written before each step" if args.flush_mb else ""
+    print(f"{len(ids) + 1} steps, {'in place' if args.inplace else 'masked copy'}, {device}, {args.threads} torch threads{cold}: "
           f"first pass mean {first.mean():.0f} µs (p50 {np.median(first):.0f}); masks cached: mean "
           f"{again.mean():.0f} µs, p50 {np.median(again):.0f}, max {again.max():.0f}")
     return 0

@@ -80,11 +80,14 @@ class ConstraintCursor:
         if length == start:
             return
         for token in tail(start):
-            # A forbidden id (e.g. sampled where everything was masked) never
-            # raises: the row is marked failed and masked to EOS from then on.
-            if not self.failed and not self.guide.advance(int(token)):
-                self.failed = True
-            self.consumed += 1
+            self.take(token)
+
+    def take(self, token: int) -> None:
+        """Read the next id of the sequence. A forbidden one (e.g. sampled where everything was
+        masked) never raises: the row is marked failed and masked to EOS from then on."""
+        if not self.failed and not self.guide.advance(int(token)):
+            self.failed = True
+        self.consumed += 1
 
     def mask_state(self) -> int:
         """The FSM state whose mask applies next: the guide's, or -1 (EOS only) once failed/finished."""
@@ -299,29 +302,34 @@ def hf_logits_processor(constraints: Sequence[Any] | Any, tokenizer: Any, *, reg
         def __init__(self) -> None:
             self.cursors: list[ConstraintCursor] = []
             self.words = (fsms[0].vocab.size + 31) // 32
+            self._caches: list[Any] = []             # each row's `mask_cache`, for `_device`
+            self._device: Any = None
+
+        def _setup(self, rows: int, device: Any) -> None:
+            if len(self.cursors) != rows:
+                self.cursors = [ConstraintCursor(f) for f in _expand(fsms, rows)]
+            form = torch_mask_form(device)
+            self._caches = [mask_cache(c.fsm, form) for c in self.cursors]
+            self._device = device
 
         def __call__(self, input_ids: Any, scores: Any) -> Any:
             rows, length = input_ids.shape
             cols = scores.shape[-1]
             if cols < fsms[0].vocab.size:
                 raise IncompatibleVocabularyError.width(fsms[0].vocab.size, cols)
-            if len(self.cursors) != rows:
-                self.cursors = [ConstraintCursor(f) for f in _expand(fsms, rows)]
-            last: list[int] = []
-
-            def tail(start: int, r: int) -> list[int]:
-                if start == length - 1:               # one new token per row: one transfer for all rows
-                    if not last:
-                        last.extend(input_ids[:, -1].tolist())
-                    return [last[r]]
-                return input_ids[r, start:].tolist()
-
+            device = scores.device
+            if len(self.cursors) != rows or device != self._device:
+                self._setup(rows, device)
+            last: list[int] | None = None          # the newest id of every row: one transfer for all
             masks = []
-            form = torch_mask_form(scores.device)
-            for r, cursor in enumerate(self.cursors):
-                cursor.sync(length, lambda start, r=r: tail(start, r))
-                cache = mask_cache(cursor.fsm, form)
-                key = (cursor.mask_state(), cols, scores.device)
+            for r, (cursor, cache) in enumerate(zip(self.cursors, self._caches)):
+                if cursor.prompt_len is not None and cursor.prompt_len + cursor.consumed == length - 1:
+                    if last is None:
+                        last = input_ids[:, -1].tolist()
+                    cursor.take(last[r])            # the usual step: one new token
+                else:
+                    cursor.sync(length, lambda start, r=r: input_ids[r, start:].tolist())
+                key = (cursor.mask_state(), cols, device)
                 mask = cache.get(key)
                 if mask is None:
                     mask = cache.put(key, cursor.bitmask(self.words))
