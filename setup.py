@@ -47,6 +47,11 @@ class ParallelBuildExt(build_ext):
             self.parallel = os.cpu_count() or 1
 
     def run(self) -> None:
+        if not self.extensions:
+            # nothing to build (no Cython, or CONSTRAINED_NATIVE=0): leave the compiled copies there,
+            # which load only while they match their source
+            super().run()
+            return
         # copies of older sources, in the source tree (in-place builds) or in a reused build/
         # folder (whose whole content a wheel takes), would never load: drop them
         keep = {ext.name.split(".")[-2] for ext in self.extensions}
@@ -54,7 +59,7 @@ class ParallelBuildExt(build_ext):
             for old in (root / "grammars" / "_compiled").glob("*"):
                 if old.is_dir() and old.name not in keep:
                     shutil.rmtree(old, ignore_errors=True)
-        if self.extensions and _gcc():
+        if _gcc():
             self._pgo_build()
         else:
             super().run()

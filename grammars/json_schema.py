@@ -211,6 +211,7 @@ class Compiler:
         self._rule_of: dict[int, str] = {}
         self._inline: dict[int, Node] = {}
         self._patterns: dict[str, Node] = {}
+        self._bodies: dict[tuple, Node] = {}     # string keywords -> their body (`_string_body`)
         self._matchers: dict[str, Any] = {}
         self.budget = DEFAULT_SIZE_BUDGET
         self._acceptors: dict[int, tuple[Any, Any]] = {}
@@ -674,11 +675,26 @@ class Compiler:
         values and the strings that `not_patterns` match."""
         lo, hi = s.get("minLength", 0), s.get("maxLength")
         body = None
-        length_product = False
         if "format" in s:
             body = format_node(s["format"])
             if body is None:     # an annotation (2020-12): any string of the other keywords is valid
                 self.notes.append(SchemaNote("format", path, "annotation", repr(s["format"])))
+        # the same string keywords at several paths (a pattern with length bounds in each of three
+        # `*_ref` objects) give one node: their products of automata are built once
+        try:
+            key = (lo, hi, s.get("format"), s.get("pattern"), tuple(excluded), tuple(not_patterns))
+            hit = self._bodies.get(key)
+        except TypeError:        # an unhashable keyword value: the node is built here, not kept
+            key, hit = None, None
+        if hit is None:
+            hit = self._new_string_body(s, body, lo, hi, excluded, path, not_patterns)
+            if key is not None:
+                self._bodies[key] = hit
+        return hit
+
+    def _new_string_body(self, s: dict, body: Node | None, lo: Any, hi: Any, excluded: list, path: str,
+                         not_patterns: list[str]) -> Node:
+        length_product = False
         required = []
         if "pattern" in s:
             pattern = self.pattern_body(s["pattern"], path)

@@ -73,6 +73,22 @@ def test_an_edited_source_runs_from_source(tmp_path: Path) -> None:
 
 
 @needs_build
+def test_a_build_with_nothing_to_compile_keeps_the_compiled_modules(tmp_path: Path) -> None:
+    """`setup.py build_ext` without Cython or with CONSTRAINED_NATIVE=0 compiles nothing; the compiled
+    copies of the current sources stay (they used to be dropped as if stale)."""
+    shutil.copytree(Path(grammars.__file__).parent, tmp_path / "grammars", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "setup.py", tmp_path)
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    before = sorted(p.name for p in (tmp_path / "grammars" / "_compiled").iterdir())
+    env = {**os.environ, "CONSTRAINED_NATIVE": "0"}
+    done = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(p.name for p in (tmp_path / "grammars" / "_compiled").iterdir()) == before
+    assert before
+
+
+@needs_build
 def test_compiled_and_source_build_the_same_automata() -> None:
     compiled = json.loads(_python(f"import sys; sys.path.insert(0, {str(ROOT)!r});"
                                   "from tests.test_native import digests; digests()", ROOT))

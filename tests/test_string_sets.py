@@ -75,3 +75,26 @@ def test_difference_of_finite_sets():
     body = difference(any_string_body(0, 2), [string_literal("a"), string_literal("")], path="$")
     dfa = LazyDFA(Grammar({"start": body}))
     assert [dfa.matches(s) for s in (b"", b"a", b"\\u0061", b"b", b"ab")] == [False, False, False, True, True]
+
+
+def test_equal_string_keywords_at_several_paths_build_one_product(monkeypatch: pytest.MonkeyPatch):
+    # three members with the same `not` of a pattern: one product of automata, shared by all three,
+    # and each member still exact (every spelling; jsonschema as the oracle)
+    import grammars.json_schema as js
+
+    calls = []
+    real = js.difference
+    monkeypatch.setattr(js, "difference", lambda *a, **k: calls.append(k["path"]) or real(*a, **k))
+    field = {"type": "string", "maxLength": 4, "not": {"pattern": "^a|b$"}}
+    other = {"type": "string", "maxLength": 3, "not": {"pattern": "^a|b$"}}
+    schema = {"type": "object", "properties": {"x": field, "y": dict(field), "z": dict(field), "w": other},
+              "required": ["x", "y", "z", "w"], "additionalProperties": False}
+    dfa = _dfa(schema)
+    assert calls == ["$.properties.x", "$.properties.w"]     # y and z reuse x's
+    validator = jsonschema.Draft202012Validator(schema)
+    for name in "xyzw":
+        for text in ("cd", "cab", "ab", "cdb", "ccccc", "cccc", "\u00e9\u00e9", "a"):
+            doc = {"x": "c", "y": "c", "z": "c", "w": "c", name: text}
+            for ascii_only in (False, True):
+                assert dfa.matches(json.dumps(doc, ensure_ascii=ascii_only, separators=(",", ":")).encode()) == \
+                    validator.is_valid(doc), (name, text, ascii_only)
