@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sys
 import time
 from dataclasses import dataclass
@@ -350,8 +351,9 @@ def run_masks(cases: list[Case], engines: dict[str, dict], tokenizer: Any, vocab
         prepared.append((case, walks))
     records = []
 
-    def record(name: str, case: Case, walks: list[Walk], outcome: Any) -> None:
+    def record(name: str, case: Case, walks: list[Walk], outcome: Any, after: str | None = None) -> None:
         rec = case_record(name, case, walks, outcome, text)
+        rec["after"] = after
         records.append(rec)
         emit({k: v for k, v in rec.items() if k != "mask_ns"})
         log(f"[masks] {case.name:28s} {name:13s} {rec['status']:11s} ttfm={rec['ttfm_ms']}ms "
@@ -371,15 +373,42 @@ def run_masks(cases: list[Case], engines: dict[str, dict], tokenizer: Any, vocab
                             time_limit=time_limit, mem_limit=mem_limit) for name, engine in live}
     if order not in ("turns", "engine"):
         raise ValueError(f"order must be 'turns' or 'engine', got {order!r}")
-    steps = ([(name, cw) for cw in prepared for name, _ in live] if order == "turns"
-             else [(name, cw) for name, _ in live for cw in prepared])
+    names = [name for name, _ in live]
+    steps = turn_order(names, len(prepared)) if order == "turns" else [(name, i) for name in names
+                                                                     for i in range(len(prepared))]
     try:
-        for name, (case, walks) in steps:
-            record(name, case, walks, workers[name].run((case.schema, walks)))
+        after = None
+        for name, i in steps:
+            case, walks = prepared[i]
+            record(name, case, walks, workers[name].run((case.schema, walks)), after)
+            after = name
     finally:
         for worker in workers.values():
             worker.close()
     return records
+
+
+def turn_order(names: list[str], cases: int, seed: int = 0) -> list[tuple[str, int]]:
+    """(engine, case index) steps where the engines take turns case by case, in an order drawn
+    for each case (seeded: every run the same), so that each engine runs just after each of the
+    others about as often. In a fixed order (or a rotation of it, which keeps the neighbours) the
+    first engine always ran just after the last one, whose work (an eager index of seconds and
+    gigabytes, for outlines-core) left the CPU caches and TLB cold for that engine alone.
+
+    >>> steps = turn_order(["a", "b", "c"], 300)
+    >>> sorted({name for name, i in steps if i == 7}), len(steps)
+    (['a', 'b', 'c'], 900)
+    >>> after = [(steps[k - 1][0], steps[k][0]) for k in range(1, len(steps)) if steps[k - 1][0] != steps[k][0]]
+    >>> sorted(set(after)) == [(x, y) for x in "abc" for y in "abc" if x != y]
+    True
+    """
+    rng = random.Random(seed)
+    steps = []
+    for i in range(cases):
+        order = list(names)
+        rng.shuffle(order)
+        steps += [(name, i) for name in order]
+    return steps
 
 
 def _server_calls(server: _EngineServer) -> tuple[Callable[[], None], Callable[..., bool]]:

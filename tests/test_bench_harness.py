@@ -12,7 +12,7 @@ import pytest
 from bench.corpus import DEFAULT_CORPUS, QUICK, CorpusError, load_corpus
 from bench.engines import Engine, _Matcher
 from bench.isolate import Worker, run_isolated
-from bench.masks import encode_exact, run_masks
+from bench.masks import encode_exact, run_masks, turn_order
 from bench.report import masks_disagreements, masks_summary
 
 
@@ -177,8 +177,10 @@ def test_engines_take_turns_schema_by_schema(tmp_path, hf_tok, vocabulary):
         engines[e.name] = {"engine": e, "setup_s": 0.0, "version": e.version()}
     recs = run_masks(load_corpus(tmp_path), engines, tok, vocab, ["compact"], time_limit=60, mem_limit=2 << 30,
                      emit=lambda r: None, log=lambda s: None)
-    assert [(r["engine"], r["schema"]) for r in recs] == [
-        ("accept-all", "a"), ("other", "a"), ("accept-all", "b"), ("other", "b"), ("accept-all", "c"), ("other", "c")]
+    # turns: both engines on each case, in the drawn order of `turn_order`, each record naming the one before
+    steps = turn_order(["accept-all", "other"], 3)
+    assert [(r["engine"], r["schema"]) for r in recs] == [(name, "abc"[i]) for name, i in steps]
+    assert [r["after"] for r in recs] == [None] + [name for name, _ in steps[:-1]]
     assert all(r["status"] == "ok" for r in recs)
     in_a_row = run_masks(load_corpus(tmp_path), engines, tok, vocab, ["compact"], time_limit=60, mem_limit=2 << 30,
                          emit=lambda r: None, order="engine", log=lambda s: None)
