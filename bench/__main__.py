@@ -64,8 +64,8 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--quick", action="store_true", help="a small subset of the default corpus")
     m.add_argument("--time-limit", type=float, default=20.0, help="seconds per (engine, schema)")
     m.add_argument("--order", choices=["turns", "engine"], default="turns",
-                   help="with --isolation engine: engines take turns schema by schema, each schema starting with "
-                        "the next engine (default), or each runs all its schemas in a row")
+                   help="with --isolation engine: engines take turns schema by schema, in an order drawn per "
+                        "schema (default), or each runs all its schemas in a row")
     m.add_argument("--mem-limit-gb", type=float, default=4.0, help="extra address space per worker")
     m.add_argument("--isolation", choices=["engine", "case"], default="engine",
                    help="one long-lived worker per engine (a server's steady state; default) or a fresh "
@@ -219,7 +219,7 @@ def _run_masks(args: argparse.Namespace, emit: Callable[[dict], None], say: Call
     for name, info in engines.items():
         if "engine" in info:
             say(f"- {name}: {info['engine'].settings}")
-    turns = "engines taking turns schema by schema, each schema starting with the next engine"
+    turns = "engines taking turns schema by schema, in an order drawn per schema (seeded)"
     worker = ("a fresh worker per (engine, schema)" if args.isolation == "case" else
               "one long-lived worker per engine, " + (turns if args.order == "turns" else "each engine's schemas in a row"))
     say(f"isolation: {worker}; limits per (engine, schema): {args.time_limit:g}s, +{args.mem_limit_gb:g} GiB "
