@@ -180,7 +180,7 @@ def machine() -> str:
 def _run_masks(args: argparse.Namespace, emit: Callable[[dict], None], say: Callable[[str], None]) -> int:
     from bench.corpus import DEFAULT_CORPUS, QUICK, load_corpus
     from bench.masks import STYLES, run_masks, setup_engines
-    from bench.report import masks_disagreements, masks_head_to_head, masks_summary
+    from bench.report import masks_disagreements, masks_head_to_head, masks_neighbours, masks_summary
     from constrained.gguf_tokenizers import hf_tokenizer
     from constrained.vocab import Vocabulary
 
@@ -228,6 +228,9 @@ def _run_masks(args: argparse.Namespace, emit: Callable[[dict], None], say: Call
     if len({r["engine"] for r in records}) > 1:
         say("\nHead to head (ratios < 1: ours is faster):\n")
         say(masks_head_to_head(records))
+        if args.isolation == "engine" and args.order == "turns":
+            say("\nTTFM median ms by the engine that ran just before, on the schemas all compiled (count):\n")
+            say(masks_neighbours(records))
     say("\nFailures and disagreements with " + ("Python's re" if args.suite == "regex" else "jsonschema") + ":\n")
     say(masks_disagreements(records))
     return 0

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["table", "masks_summary", "masks_head_to_head"]
+__all__ = ["table", "masks_summary", "masks_head_to_head", "masks_neighbours"]
 
 _FAILURES = ("unsupported", "timeout", "oom", "crash")
 
@@ -93,6 +93,22 @@ def masks_head_to_head(records: list[dict], ours: str = "ours") -> str:
             _r(total_o / total_p, 2),
         ])
     return table(header, rows)
+
+
+def masks_neighbours(records: list[dict]) -> str:
+    """Each engine's median TTFM (ms) by the engine that ran just before it (`after`), on the schemas
+    every engine compiled: how much a neighbour's work moves an engine's cold start."""
+    engines = sorted({r["engine"] for r in records})
+    ok = {(r["engine"], r["schema"]): r for r in records if r["status"] == "ok"}
+    shared = {s for (_, s) in ok if all((e, s) in ok for e in engines)}
+    rows = []
+    for name in engines:
+        row: list[Any] = [name]
+        for before in engines:
+            times = [ok[(name, s)]["ttfm_ms"] for s in shared if ok[(name, s)].get("after") == before]
+            row.append(f"{_r(np.median(times), 2)} ({len(times)})" if times else None)
+        rows.append(row)
+    return table(["engine"] + [f"after {e}" for e in engines], rows)
 
 
 def masks_disagreements(records: list[dict], limit: int = 40) -> str:

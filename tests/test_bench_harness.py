@@ -13,7 +13,7 @@ from bench.corpus import DEFAULT_CORPUS, QUICK, CorpusError, load_corpus
 from bench.engines import Engine, _Matcher
 from bench.isolate import Worker, run_isolated
 from bench.masks import encode_exact, run_masks, turn_order
-from bench.report import masks_disagreements, masks_summary
+from bench.report import masks_disagreements, masks_neighbours, masks_summary
 
 
 def _write(tmp_path, name, schema, tests):
@@ -182,6 +182,13 @@ def test_engines_take_turns_schema_by_schema(tmp_path, hf_tok, vocabulary):
     assert [(r["engine"], r["schema"]) for r in recs] == [(name, "abc"[i]) for name, i in steps]
     assert [r["after"] for r in recs] == [None] + [name for name, _ in steps[:-1]]
     assert all(r["status"] == "ok" for r in recs)
+    table = masks_neighbours(recs)              # each engine's TTFM by the one before it
+    for name in ("accept-all", "other"):
+        for before in ("accept-all", "other"):
+            times = [r["ttfm_ms"] for r in recs if r["engine"] == name and r["after"] == before]
+            cell = f"{round(float(np.median(times)), 2)} ({len(times)})" if times else "-"
+            row = next(line for line in table.splitlines() if line.startswith(f"| {name} |"))
+            assert cell in row.split(" | ")[1 + ["accept-all", "other"].index(before)]
     in_a_row = run_masks(load_corpus(tmp_path), engines, tok, vocab, ["compact"], time_limit=60, mem_limit=2 << 30,
                          emit=lambda r: None, order="engine", log=lambda s: None)
     assert [(r["engine"], r["schema"]) for r in in_a_row] == [
