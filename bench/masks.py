@@ -351,9 +351,9 @@ def run_masks(cases: list[Case], engines: dict[str, dict], tokenizer: Any, vocab
         prepared.append((case, walks))
     records = []
 
-    def record(name: str, case: Case, walks: list[Walk], outcome: Any, after: str | None = None) -> None:
+    def record(name: str, case: Case, walks: list[Walk], outcome: Any) -> None:
         rec = case_record(name, case, walks, outcome, text)
-        rec["after"] = after
+        rec["after"] = records[-1]["engine"] if records else None   # the engine that ran just before
         records.append(rec)
         emit({k: v for k, v in rec.items() if k != "mask_ns"})
         log(f"[masks] {case.name:28s} {name:13s} {rec['status']:11s} ttfm={rec['ttfm_ms']}ms "
@@ -377,11 +377,9 @@ def run_masks(cases: list[Case], engines: dict[str, dict], tokenizer: Any, vocab
     steps = turn_order(names, len(prepared)) if order == "turns" else [(name, i) for name in names
                                                                      for i in range(len(prepared))]
     try:
-        after = None
         for name, i in steps:
             case, walks = prepared[i]
-            record(name, case, walks, workers[name].run((case.schema, walks)), after)
-            after = name
+            record(name, case, walks, workers[name].run((case.schema, walks)))
     finally:
         for worker in workers.values():
             worker.close()
