@@ -27,13 +27,14 @@ import warnings
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterator
 
-from constrained.dfa_jit import native_dfa_class
+from constrained.dfa_jit import native_dfa_class, product_dfa_class
 from constrained.errors import EmptyConstraintError, InvalidSchemaError
 from constrained.token_fsm import TokenFSM
 from constrained.work import WORK
 from grammars.deep import deep_call
 from grammars.dfa import LazyDFA
 from grammars.json_schema import json_schema_grammar
+from grammars.json_string_sets import use_dfa_class
 from grammars.nfa import gc_paused
 from grammars.regex import regex_grammar
 
@@ -142,6 +143,7 @@ def compile_json_schema(schema: Any, vocab: "Vocabulary", *, max_states: int = M
     built: list[TokenFSM] = []
 
     def build() -> TokenFSM:
+        _native_products()
         grammar = json_schema_grammar(schema, **options)
         fsm = compile_grammar(grammar, vocab, max_states=max_states)
         fsm.report = grammar.info.get("report", ())
@@ -153,6 +155,20 @@ def compile_json_schema(schema: Any, vocab: "Vocabulary", *, max_states: int = M
         if note.kind != "annotation":           # in the report only: the spec's own behaviour
             warnings.warn(note, stacklevel=2)
     return fsm
+
+
+def _native_products() -> None:
+    """Once: the string-set products of schemas (`not` of a `pattern`, `patternProperties` keys, a
+    pattern with length bounds) run on the compiled DFA where its kernels load (registered at the
+    first compile, since loading them is not import's work)."""
+    if not _products_native:
+        cls = product_dfa_class()
+        if cls is not None:
+            use_dfa_class(cls)
+        _products_native.append(cls)
+
+
+_products_native: list = []
 
 
 def compile_grammar(grammar, vocab: "Vocabulary", *, max_states: int = MAX_STATES) -> TokenFSM:

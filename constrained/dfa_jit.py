@@ -41,7 +41,7 @@ from grammars.dfa import DEAD, UNEXPANDED, LazyDFA
 from grammars.errors import StateBudgetError
 from grammars.nfa import FREE, NFA
 
-__all__ = ["JitDFA", "native_dfa_class"]
+__all__ = ["JitDFA", "ProductDFA", "native_dfa_class", "product_dfa_class"]
 
 # the configuration base of a DFA over a lazy NFA (see `JitDFA.__init__`): stacks * 2^32 fit int64
 _LAZY_BASE = 1 << 32
@@ -102,6 +102,11 @@ def _warm_up() -> None:
 def native_dfa_class() -> type[LazyDFA] | None:
     """`JitDFA` when its kernels load, else None."""
     return JitDFA if load_kernels() is not None else None
+
+
+def product_dfa_class() -> type[LazyDFA] | None:
+    """`ProductDFA` when the kernels load, else None (see `grammars.json_string_sets.use_dfa_class`)."""
+    return ProductDFA if load_kernels() is not None else None
 
 
 class JitDFA(LazyDFA):
@@ -433,6 +438,23 @@ class JitDFA(LazyDFA):
 
 
 _local = threading.local()
+
+
+class ProductDFA(JitDFA):
+    """A `JitDFA` whose NFA is built whole, so that its byte classes never change: the automata
+    of the string-set products (`grammars.json_string_sets`), which read the classes once."""
+
+    lazy_nfa = False
+
+    def __init__(self, grammar, **options: Any) -> None:
+        self._rows_made: dict[int, tuple[int, ...]] = {}   # a product reads a row once per pair
+        super().__init__(grammar, **options)
+
+    def row(self, state: int) -> tuple[int, ...]:
+        row = self._rows_made.get(state)
+        if row is None:
+            row = self._rows_made[state] = self._expand_one(state)
+        return row
 
 
 def _scratch(trie, n_start: int) -> list[np.ndarray]:

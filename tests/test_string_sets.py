@@ -15,9 +15,10 @@ from grammars.ast import Grammar
 from grammars.dfa import LazyDFA
 from grammars.errors import UnsupportedSchemaError
 from grammars.json_schema import json_schema_grammar
-from grammars.json_string_sets import MAX_STATES, difference
-from grammars.json_strings import any_string_body, string_literal
+from grammars.json_string_sets import MAX_STATES, difference, use_dfa_class
+from grammars.json_strings import any_string_body, json_char, string_literal
 from grammars.nfa import NFA
+from grammars.regex import regex_node
 
 SCHEMAS = [
     {"type": "string", "pattern": "^[ab]+", "not": {"pattern": "b$"}},
@@ -98,3 +99,48 @@ def test_equal_string_keywords_at_several_paths_build_one_product(monkeypatch: p
             for ascii_only in (False, True):
                 assert dfa.matches(json.dumps(doc, ensure_ascii=ascii_only, separators=(",", ":")).encode()) == \
                     validator.is_valid(doc), (name, text, ascii_only)
+
+
+def _pattern(pattern):
+    return regex_node(pattern, dialect="ecma", search=True, encode=json_char)
+
+
+_PRODUCTS = [  # (body, excluded, required): a `not`, a length with a pattern, two at once
+    (any_string_body(0, None), [_pattern("^abc.+$")], []),
+    (any_string_body(0, 8), [], [_pattern(r"^\d+\.\d+.*$")]),
+    (any_string_body(1, 4), [string_literal("ab"), string_literal("\u00e9")], []),
+]
+
+
+@pytest.mark.parametrize("case", range(len(_PRODUCTS)))
+def test_the_compiled_dfa_builds_the_same_products(case):
+    # `compile_json_schema` has the products run on the compiled DFA (`use_dfa_class`): the automaton
+    # noted for the NFA is the same, state for state, as the Python DFA's
+    dfa_jit = pytest.importorskip("constrained.dfa_jit")
+    if dfa_jit.product_dfa_class() is None:
+        pytest.skip("numba kernels not available")
+    from grammars import json_string_sets
+
+    body, excluded, required = _PRODUCTS[case]
+    before = json_string_sets._DFA_CLASS[0]
+    noted = []
+    for cls in (None, dfa_jit.ProductDFA):
+        use_dfa_class(cls)
+        try:
+            tries: dict = {}
+            difference(body, excluded, required=required, path="$", tries=tries)
+            noted.append([(edges, accepting) for _, edges, accepting in tries.values()])
+        finally:
+            use_dfa_class(before)
+    assert noted[0] == noted[1] and noted[0][0][0]
+
+
+def test_compiling_a_schema_registers_the_compiled_product_dfa(vocabulary):
+    from constrained.compile import compile_json_schema
+    from constrained.dfa_jit import product_dfa_class
+    from grammars import json_string_sets
+
+    vocab = vocabulary("llama-bpe")
+    fsm = compile_json_schema({"type": "string", "not": {"pattern": "^a"}}, vocab)
+    assert json_string_sets._DFA_CLASS[0] is (product_dfa_class() or LazyDFA)
+    assert [fsm.matches(t) for t in (b'"ba"', b'""', b'"ab"', b'"\\u0061b"')] == [True, True, False, False]
