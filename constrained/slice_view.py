@@ -35,6 +35,7 @@ import numpy as np
 
 from constrained import fsm_jit
 from constrained.slices import Slice, equivalent
+from constrained.untracked import untrack
 
 __all__ = ["SliceView", "slice_view", "MAX_EXCLUDED"]
 
@@ -107,6 +108,9 @@ class SliceView:
             states = np.where(self.excluded[sl.exit_first], -1, states)
         keep = states >= 0
         return sl.exits[keep], states[keep]
+
+    def __post_init__(self) -> None:
+        untrack(self)             # it refers to arrays and its slice only (see `constrained.untracked`)
 
     @property
     def nbytes(self) -> int:

@@ -29,6 +29,7 @@ import numpy as np
 from constrained.errors import IncompatibleVocabularyError
 from constrained.slice_view import MAX_EXCLUDED, SliceView, slice_view
 from constrained.slices import follows_utf8, ids_bitmask
+from constrained.untracked import untrack
 from constrained.vocab_index import VocabIndex
 from constrained.work import WORK
 
@@ -82,6 +83,7 @@ class StateMasks:
         self.bitmask = bitmask
         self.allowed = allowed                    # full sorted id list, built on demand
         self.forced = forced
+        untrack(self)                             # no cycle passes through one (`constrained.untracked`)
 
     @property
     def ids(self) -> np.ndarray:
