@@ -250,13 +250,16 @@ def _to_node(edges: list[dict[int, int]], accepting: set[int], live: set[int]) -
     hub) written by state elimination, every path through the component and
     back to it. When the component's other states are on no cycle without the
     hub (a string's characters between two of them), each of those is then its
-    edges out too; else each state entering the component gets the paths from
-    it through the other states, by elimination again. All those nodes are
+    edges out too; when more than two states enter the component, its other
+    states are split the same way again (`_make_nodes`); else each state
+    entering it gets the paths from it through the other states, by
+    elimination again (nested cycles with one or two ways in, as in
+    Github_hard---o82144, where splitting again cost more). All those nodes are
     shared, so the NFA builds each once and calls it from every edge into it:
     the node grows with the automaton, not with its paths. (Eliminating the
     component once per entering state, 41 entries of a 75-state component in
     maskbench-dev's Synthesized---draft2019_09_nonvalid_properties_id8_subschema1_not_2,
-    took 18 of that schema's 35 ms; once for the hub, 1.4 ms.)
+    took 18 of that schema's 35 ms; split at hubs, its compile takes 10 ms.)
     """
     succ = {i: {j: m for j, m in edges[i].items() if j in live} for i in live}
     comps = _components(succ)
@@ -288,10 +291,34 @@ def _to_node(edges: list[dict[int, int]], accepting: set[int], live: set[int]) -
                 for (x,) in rest:            # no cycle left: each after those it reaches
                     made[x] = _edges_out(x, succ, accepting, made)
                 continue
+            if len(todo - {hub}) > 2:        # many entries: the rest's own components, the same way
+                _make_nodes(rest, succ, accepting, made)
+                continue
         for e in sorted(todo):
             if e not in made:
                 made[e] = _paths(e, inside, succ, accepting, made, last=None)
     return made[0]
+
+
+def _make_nodes(comps: list[list[int]], succ: dict[int, dict[int, int]], accepting: set[int],
+                made: dict[int, Node]) -> None:
+    """Fill `made` for the states of `comps` (components, each after those it reaches, whose targets
+    outside them have their nodes): as `_to_node` does, each component on cycles split again at a
+    hub. A stack of tasks, not recursion: components nest as deep as the automaton is large."""
+    tasks: list[list[int]] = list(reversed(comps))        # the first component on top
+    while tasks:
+        checkpoint()
+        members = tasks.pop()
+        if len(members) == 1 and members[0] not in succ[members[0]]:
+            made[members[0]] = _edges_out(members[0], succ, accepting, made)
+            continue
+        inside = set(members)
+        hub = max(members, key=lambda x: (sum(j in inside for j in succ[x])
+                                          + sum(x in succ[i] for i in members), -x))
+        made[hub] = _paths(hub, inside, succ, accepting, made, last=hub)
+        inside.discard(hub)
+        if inside:
+            tasks.extend(reversed(_components({i: {j: 0 for j in succ[i] if j in inside} for i in inside})))
 
 
 def _edges_out(e: int, succ: dict[int, dict[int, int]], accepting: set[int], made: dict[int, Node]) -> Node:

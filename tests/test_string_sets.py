@@ -144,3 +144,25 @@ def test_compiling_a_schema_registers_the_compiled_product_dfa(vocabulary):
     fsm = compile_json_schema({"type": "string", "not": {"pattern": "^a"}}, vocab)
     assert json_string_sets._DFA_CLASS[0] is (product_dfa_class() or LazyDFA)
     assert [fsm.matches(t) for t in (b'"ba"', b'""', b'"ab"', b'"\\u0061b"')] == [True, True, False, False]
+
+
+def test_a_component_many_states_enter_is_split_at_hubs(monkeypatch: pytest.MonkeyPatch):
+    # keys matched by a pattern or not, beside declared names: the key automaton has a component
+    # that many states enter (`_make_nodes`), and every key is still decided as jsonschema does
+    from grammars import json_string_sets
+
+    calls = []
+    real = json_string_sets._make_nodes
+    monkeypatch.setattr(json_string_sets, "_make_nodes", lambda *a: calls.append(1) or real(*a))
+    schema = {"type": "object", "additionalProperties": {"type": "integer"},
+              "patternProperties": {"f.o": {"type": "array", "minItems": 2}},
+              "properties": {"bar": {"type": "array"}, "foo": {"type": "array", "maxItems": 3}}}
+    dfa = _dfa(schema)
+    assert calls
+    validator = jsonschema.Draft202012Validator(schema)
+    for key in ("foo", "fxo", "f\u00e9o", "afoo", "fo", "bar", "baz", "", "f\\o", "ffoo", "foox"):
+        for value in (1, [1, 2], [1, 2, 3, 4], "s"):
+            doc = {key: value}
+            for ascii_only in (False, True):
+                assert dfa.matches(json.dumps(doc, ensure_ascii=ascii_only).encode()) == validator.is_valid(doc), \
+                    (key, value, ascii_only)
