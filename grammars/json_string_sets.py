@@ -280,10 +280,7 @@ def _to_node(edges: list[dict[int, int]], accepting: set[int], live: set[int]) -
             continue
         inside = set(members)
         if len(members) > 1:
-            # most cycles pass one state (between two characters, for string bodies): its node is
-            # made first, and the other states go to it
-            hub = max(members, key=lambda x: (sum(j in inside for j in succ[x])
-                                              + sum(x in succ[i] for i in members), -x))
+            hub = _hub(members, inside, succ)
             made[hub] = _paths(hub, inside, succ, accepting, made, last=hub)
             inside.discard(hub)
             rest = _components({i: {j: 0 for j in succ[i] if j in inside} for i in inside})
@@ -313,12 +310,17 @@ def _make_nodes(comps: list[list[int]], succ: dict[int, dict[int, int]], accepti
             made[members[0]] = _edges_out(members[0], succ, accepting, made)
             continue
         inside = set(members)
-        hub = max(members, key=lambda x: (sum(j in inside for j in succ[x])
-                                          + sum(x in succ[i] for i in members), -x))
+        hub = _hub(members, inside, succ)
         made[hub] = _paths(hub, inside, succ, accepting, made, last=hub)
         inside.discard(hub)
         if inside:
             tasks.extend(reversed(_components({i: {j: 0 for j in succ[i] if j in inside} for i in inside})))
+
+
+def _hub(members: list[int], inside: set[int], succ: dict[int, dict[int, int]]) -> int:
+    """The state of a component on cycles whose node is made first: the one with the most edges
+    within it. Most cycles pass one state (between two characters, for string bodies)."""
+    return max(members, key=lambda x: (sum(j in inside for j in succ[x]) + sum(x in succ[i] for i in members), -x))
 
 
 def _edges_out(e: int, succ: dict[int, dict[int, int]], accepting: set[int], made: dict[int, Node]) -> Node:
