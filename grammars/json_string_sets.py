@@ -148,7 +148,9 @@ def _product(dfas: list[LazyDFA], n_required: int, path: str,
 
 def _product2(dfas: list[LazyDFA], n_required: int, classes: list[tuple[int, tuple[int, ...]]], path: str,
               keyword: str) -> tuple[list[dict[int, int]], set[int]]:
-    """`_product` of two DFAs, a pair of states kept as one int (no tuple per edge: a third less time)."""
+    """`_product` of two DFAs, a pair of states kept as one int (no tuple per edge: a third less time).
+    Its loop is `_product`'s on purpose: one loop keeping any number of states as one int, with an
+    inner loop over the DFAs, took 7.4-8.4 ms of Snowplow---sp_333's compile against 5.5 here."""
     head, other = dfas
     wide = other.max_states + 2                       # the other's states, DEAD (-1) included
     pairs = [(mask, cls[0], cls[1]) for mask, cls in classes]
