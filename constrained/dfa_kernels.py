@@ -67,7 +67,7 @@ DEAD = -1
 UNEXPANDED = -2
 _SLOT_EMPTY = -1
 # call edge kinds (grammars.nfa)
-REG, FREE, ENTER, HEAD, INC, SPLICE, PICK, CHECK, LEAVE, COUNT, CLEAR = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
+REG, FREE, ENTER, HEAD, INC, SPLICE, PICK, CHECK, LEAVE, COUNT, CLEAR, GATE, TICK, EXIT = range(14)
 COUNT_SHIFT = 55                        # grammars.ast: an `AnyOrder` frame's count, above its member bits
 _LOW_BITS = (1 << COUNT_SHIFT) - 1
 
@@ -358,7 +358,15 @@ def _targets(N, S, W, flat, group_ptr, n_groups, results):  # pragma: no cover -
                     if count & hi == 0 and (lo < 0 or count >> COUNT_SHIFT < lo):
                         todo[n_todo] = base + start
                         n_todo += 1
-                else:                              # INC, PICK, COUNT: the top frame's value changes
+                elif op == GATE:                   # `Counted` frames: `count` is the characters read
+                    if lo <= count and (hi < 0 or count <= hi):
+                        todo[n_todo] = base + start
+                        n_todo += 1
+                elif op == EXIT:
+                    if count >= lo:
+                        todo[n_todo] = stk_parent[k] * n + start
+                        n_todo += 1
+                else:                              # INC, PICK, COUNT, TICK: the top frame's value changes
                     value = -1
                     if op == INC:
                         value = count + 1
@@ -367,6 +375,9 @@ def _targets(N, S, W, flat, group_ptr, n_groups, results):  # pragma: no cover -
                     elif op == PICK:
                         if count & hi == 0:
                             value = count | (1 << lo)
+                    elif op == TICK:
+                        if lo <= count + 1 and (hi < 0 or count + 1 <= hi):
+                            value = count + 1
                     else:
                         c = count >> COUNT_SHIFT
                         if hi < 0 or c < hi:

@@ -8,7 +8,9 @@ bodies are trees of six node kinds over *bytes*:
 - `Repeat`: `item{min,max}` (`max=None` is unbounded);
 - `Ref`: a call to another rule, which is how recursion is expressed;
 - `AnyOrder`: a JSON object's members in any order, each at most once (the
-  set of members taken is a frame on the DFA's stack, see `grammars.fragments`).
+  set of members taken is a frame on the DFA's stack, see `grammars.fragments`);
+- `Counted`: an automaton's strings whose characters are counted between two
+  bounds (the count is such a frame, see `grammars.json_counted`).
 
 Nodes are immutable and hashable. Build them with the smart constructors
 (`seq`, `alt`, `repeat`, `literal`, `codepoints`, ...), which simplify as they
@@ -47,7 +49,7 @@ except ImportError:  # the source runs as plain Python, without Cython: its deco
             return lambda cls: cls
 
 __all__ = [
-    "ByteSet", "Seq", "Alt", "Repeat", "Ref", "AnyOrder", "Node", "Grammar", "ANY_ORDER_MEMBERS", "COUNT_SHIFT", "COUNT_CAP",
+    "ByteSet", "Seq", "Alt", "Repeat", "Ref", "AnyOrder", "Counted", "Node", "Grammar", "ANY_ORDER_MEMBERS", "COUNT_SHIFT", "COUNT_CAP",
     "EMPTY", "NOTHING", "ANY_BYTE",
     "byteset", "byte_range", "literal", "seq", "alt", "repeat", "optional", "star", "plus",
     "codepoints", "utf8_sequences", "MAX_CODEPOINT", "surely_nullable", "non_empty",
@@ -302,7 +304,53 @@ class AnyOrder:
         return AnyOrder, self._key()
 
 
-Node = Union[ByteSet, Seq, Alt, Repeat, Ref, AnyOrder]
+class Counted:
+    """The strings of a byte automaton (a JSON string body) with `min_length`..`max_length`
+    characters, the count a frame on the DFA's stack. Made by `grammars.json_counted.counted`,
+    which says what the fields are and why every count it lets through can still finish.
+
+    - `states[i]`: state i's edges, (target, byte mask, characters the byte starts: 0 or 1);
+      state 0 is the start;
+    - `live[i]`: (lo, hi), the counts with which state i can still end within the bounds (an
+      edge into i is taken only if its new count is among them);
+    - `accepting`: the states where the string may end (with a count >= `min_length`).
+
+    A plain class, not a compiled one: a schema holds a few, and nothing walks their insides but
+    `grammars.fragments`.
+    """
+
+    __slots__ = ("states", "live", "accepting", "min_length", "max_length", "_hash")
+
+    def __init__(self, states: tuple, live: tuple, accepting: frozenset, min_length: int, max_length: int) -> None:
+        self.states = states
+        self.live = live
+        self.accepting = accepting
+        self.min_length = min_length
+        self.max_length = max_length
+        self._hash = 0
+
+    def _key(self) -> tuple:
+        return (self.states, self.live, self.accepting, self.min_length, self.max_length)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (type(other) is Counted and hash(self) == hash(other)
+                                 and self._key() == other._key())
+
+    def __hash__(self) -> int:
+        h = self._hash
+        if not h:
+            h = hash(("counted", *self._key())) or 1
+            self._hash = h
+        return h
+
+    def __repr__(self) -> str:
+        return f"Counted(<{len(self.states)} states>, min_length={self.min_length}, max_length={self.max_length})"
+
+    def __reduce__(self) -> tuple:
+        return Counted, self._key()
+
+
+Node = Union[ByteSet, Seq, Alt, Repeat, Ref, AnyOrder, Counted]
 
 EMPTY: Node = Seq(())       # matches only the empty string
 NOTHING: Node = Alt(())     # matches nothing at all
@@ -475,6 +523,8 @@ def surely_nullable(node: Node, memo: dict[int, bool] | None = None) -> bool:
         return True
     if kind is AnyOrder:
         return node.required == 0 and node.lo == 0
+    if kind is Counted:
+        return node.min_length == 0 and 0 in node.accepting
     if memo is None:
         memo = {}
     got = memo.get(id(node))
@@ -515,6 +565,9 @@ def non_empty(node: Node, memo: dict[int, bool] | None = None) -> Node:
         if node.hi == 0 or (not node.items and node.extra == NOTHING):
             return NOTHING
         return AnyOrder(node.items, node.bans, node.required, node.needs, node.extra, node.sep, 1, node.hi)
+    if kind is Counted:  # at least one character
+        from grammars.json_counted import at_least_one
+        return at_least_one(node)
     return repeat(non_empty(node.item, memo), 1, node.max)
 
 

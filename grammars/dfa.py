@@ -40,7 +40,7 @@ from grammars.ast import Grammar
 from grammars.errors import StateBudgetError
 from grammars.byte_classes import byte_classes
 from grammars.ast import COUNT_SHIFT
-from grammars.nfa import CHECK, CLEAR, COUNT, ENTER, FREE, HEAD, INC, LEAVE, NFA, PICK, REG
+from grammars.nfa import CHECK, CLEAR, COUNT, ENTER, EXIT, FREE, GATE, HEAD, INC, LEAVE, NFA, PICK, REG, TICK
 
 __all__ = ["LazyDFA", "compile_dfa", "DEAD", "UNEXPANDED"]
 
@@ -326,7 +326,8 @@ class LazyDFA:
 
     def _any_order(self, op: int, to: int, lo: int, hi: int, bits: int, parent: int, base: int,
                    todo: list[int]) -> None:
-        """An `AnyOrder`'s frame edge (see `grammars.fragments`); the set taken `bits` is on top."""
+        """An `AnyOrder`'s or a `Counted`'s frame edge (see `grammars.fragments`); the set taken `bits`
+        (the count of a `Counted`) is on top."""
         n = self._n
         if op == PICK:
             if not bits & hi:
@@ -345,6 +346,15 @@ class LazyDFA:
         elif op == CLEAR:
             if not bits & hi and (lo < 0 or bits >> COUNT_SHIFT < lo):
                 todo.append(base + to)
+        elif op == GATE:                          # a `Counted` frame: `bits` is the characters read
+            if lo <= bits and (hi < 0 or bits <= hi):
+                todo.append(base + to)
+        elif op == TICK:
+            if lo <= bits + 1 and (hi < 0 or bits + 1 <= hi):
+                todo.append(self._push(parent, -2 - (bits + 1), ENTER) * n + to)
+        elif op == EXIT:
+            if bits >= lo:
+                todo.append(parent * n + to)
 
     def _intern(self, configs: tuple[int, ...]) -> int:
         sid = self._ids.get(configs)

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from grammars.ast import (COUNT_MAX, NOTHING, Alt, AnyOrder, ByteSet, Node, Ref, Repeat, Seq, non_empty, repeat,
+from grammars.ast import (COUNT_MAX, NOTHING, Alt, AnyOrder, ByteSet, Counted, Node, Ref, Repeat, Seq, non_empty, repeat,
                           surely_nullable)
 from grammars.errors import StateBudgetError
 from grammars.native import checkpoint
@@ -50,7 +50,7 @@ except ImportError:  # the source runs as plain Python, without Cython: the deco
             return cls
 
 __all__ = ["FragmentBuilder", "share", "compact", "trie_complement", "automaton", "REG", "FREE", "ENTER", "HEAD", "INC", "SPLICE",
-           "PICK", "CHECK", "LEAVE", "COUNT", "CLEAR", "UNROLL_LIMIT", "SUBROUTINE_MIN"]
+           "PICK", "CHECK", "LEAVE", "COUNT", "CLEAR", "GATE", "TICK", "EXIT", "UNROLL_LIMIT", "SUBROUTINE_MIN"]
 
 # Kinds of call edge (`NFAArrays.call_op`). REG: a rule call (`Ref`), one level of
 # nesting depth; FREE: a subroutine call, no depth; ENTER: push a counter frame
@@ -65,7 +65,10 @@ __all__ = ["FragmentBuilder", "share", "compact", "trie_complement", "automaton"
 # mask test). COUNT: the count c (bits >> COUNT_SHIFT) is below hi (-1: no bound); c becomes
 # min(c + 1, lo). LEAVE: c >= lo; pops the frame. CLEAR: bits & hi == 0 and, unless lo is -1,
 # c < lo (some member can still be taken: the comma before it is allowed).
-REG, FREE, ENTER, HEAD, INC, SPLICE, PICK, CHECK, LEAVE, COUNT, CLEAR = range(11)
+# A `Counted` automaton (a string's characters counted, `grammars.json_counted`) is entered by
+# ENTER too, its frame the count c, and then, each going to `to` only if:
+# GATE: lo <= c <= hi. TICK: lo <= c + 1 <= hi; the frame becomes c + 1. EXIT: c >= lo; pops the frame.
+REG, FREE, ENTER, HEAD, INC, SPLICE, PICK, CHECK, LEAVE, COUNT, CLEAR, GATE, TICK, EXIT = range(14)
 # A repeat is copied when its bound is at most this (a byte class: 8); else a counter loop.
 UNROLL_LIMIT = 4
 _BYTE_UNROLL_LIMIT = 8
@@ -286,6 +289,8 @@ class FragmentBuilder:
             t = self._build_repeat(node, s)
         elif kind is AnyOrder:
             t = self._build_any_order(node, s)
+        elif kind is Counted:
+            t = self._build_counted(node, s)
         else:
             raise TypeError(f"not a grammar node: {node!r}")
         # keyed by identity (the node kept alive beside it): hashing every new node by its
@@ -695,6 +700,39 @@ class FragmentBuilder:
         for i, mask in node.needs:
             done = self._guard(done, CHECK, i, mask)
         self._call(done, LEAVE, t, to=t, lo=node.lo if counted else 0)
+        return t
+
+    def _build_counted(self, node: Counted, s: int) -> int:
+        """A `Counted` from `s`: O(its states) NFA states and edges, the count a frame.
+
+            s -ENTER-> state 0;  state i -byte-> gate (j, w) -GATE or TICK-> state j;  accepting i -EXIT-> t
+
+        One NFA state per automaton state, and one per (target, characters started) of its
+        edges: the byte is read first, and the gate after it lets the configuration on only
+        with a count the target can still finish with (`Counted.live`), so that every DFA
+        state is live. TICK counts the character a byte starts.
+        """
+        first = self._count
+        n = len(node.states)
+        self._count = first + n
+        t = self._new()
+        self._call(s, ENTER, first, to=first)
+        gates: dict[tuple[int, int], int] = {}
+        byte_src, byte_mask, byte_dst = self._byte_src, self._byte_mask, self._byte_dst
+        for i, out in enumerate(node.states):
+            checkpoint()
+            for j, mask, w in out:
+                g = gates.get((j, w))
+                if g is None:
+                    g = gates[(j, w)] = self._new()
+                byte_src.append(first + i)
+                byte_mask.append(self._mask_index(mask))
+                byte_dst.append(g)
+            if i in node.accepting:
+                self._call(first + i, EXIT, t, to=t, lo=node.min_length)
+        for (j, w), g in gates.items():
+            lo, hi = node.live[j]
+            self._call(g, TICK if w else GATE, first + j, to=first + j, lo=lo, hi=hi)
         return t
 
     def _guard(self, s: int, op: int, lo: int, hi: int) -> int:

@@ -32,7 +32,7 @@ from grammars.ast import EMPTY, NOTHING, Alt, AnyOrder, ByteSet, Node, Repeat, S
 from grammars.errors import UnsupportedSchemaError
 from grammars.json_values import union
 
-__all__ = ["restrict_length", "expanded_size", "DEFAULT_SIZE_BUDGET"]
+__all__ = ["restrict_length", "expanded_size", "DEFAULT_SIZE_BUDGET", "PHASE_STEPS", "BETWEEN"]
 
 DEFAULT_SIZE_BUDGET = 400_000
 
@@ -85,6 +85,9 @@ def _step(phase: int, byte: int) -> tuple[int, int] | None:
 
 
 _STEP = [[_step(p, b) for b in range(256)] for p in range(18)]
+# For `grammars.json_counted`, which follows the same phases over an automaton's edges.
+PHASE_STEPS = _STEP
+BETWEEN = B
 _ID = frozenset((p, p, 0) for p in range(18))
 
 Rel = frozenset  # of (phase_in, phase_out, count capped at 2)

@@ -74,6 +74,7 @@ from grammars.errors import (
     InvalidSchemaError, RegexSyntaxError, SchemaNote, StateBudgetError, UnsupportedRegexError, UnsupportedSchemaError,
 )
 from grammars.json_checks import KNOWN_KEYWORDS, check_schema
+from grammars.json_counted import bounded_strings
 from grammars.json_doubles import (
     ANY_DOUBLE, checked_multiples, divides_exactly, double_interval, double_value, exact_value, int_bounds,
     safe_integers,
@@ -720,7 +721,8 @@ class Compiler:
         gone += [string_literal(v) for v in excluded]
         keyword = "not" if gone else "pattern" if "pattern" in s else "format"
         if length_product:
-            keyword = "maxLength" if hi is not None else "minLength"
+            return bounded_strings(required, gone, lo, hi, path=path, tries=self.tries,
+                                   keyword="maxLength" if hi is not None else "minLength")
         return difference(rest, gone, required=required, path=path, tries=self.tries, keyword=keyword)
 
     def string_body(self, schema: Any, path: str, base: str) -> Node:

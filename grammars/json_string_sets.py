@@ -37,7 +37,7 @@ from grammars.errors import StateBudgetError, UnsupportedSchemaError
 from grammars.fragments import automaton
 from grammars.native import checkpoint
 
-__all__ = ["difference", "use_dfa_class", "MAX_STATES", "MAX_SIZE"]
+__all__ = ["difference", "string_automaton", "use_dfa_class", "MAX_STATES", "MAX_SIZE"]
 
 # Product states walked, and distinct syntax nodes written back, before a schema is refused.
 MAX_STATES = 2_000
@@ -68,13 +68,7 @@ def difference(body: Node, excluded: list[Node], *, path: str, keyword: str = "n
     """
     if not excluded and not required:
         return body
-    try:
-        dfa_class = _DFA_CLASS[0]
-        dfas = [dfa_class(Grammar({"start": n}), max_states=MAX_STATES) for n in (body, *required, *excluded)]
-        edges, accepting = _product(dfas, len(required), path, keyword)
-    except StateBudgetError:
-        raise _refuse(keyword, path, f"an automaton of more than {MAX_STATES} states") from None
-    live = _coreachable(edges, accepting)
+    edges, accepting, live = _walk(body, excluded, required, path, keyword)
     if 0 not in live:
         return NOTHING
     node = _to_node(edges, accepting, live)
@@ -82,9 +76,37 @@ def difference(body: Node, excluded: list[Node], *, path: str, keyword: str = "n
         raise _refuse(keyword, path, f"an expression of more than {MAX_SIZE} parts")
     if tries is None:
         return node
-    number = {old: new for new, old in enumerate(sorted(live))}       # (0 stays the start)
-    kept = [{number[j]: m for j, m in edges[i].items() if j in live} for i in sorted(live)]
-    return automaton(tries, Alt((node,)), kept, {number[i] for i in accepting if i in live})
+    return automaton(tries, Alt((node,)), *_kept(edges, accepting, live))
+
+
+def string_automaton(body: Node, excluded: list[Node], *, path: str, keyword: str = "not",
+                     required: list[Node] = (), limit: int = MAX_STATES) -> tuple[list[dict[int, int]], set[int]] | None:
+    """The automaton of `difference`'s texts: per state its edges (target -> byte mask) and the
+    accepting states; state 0 is the start and every state reaches an accepting one. None when
+    no text is left. For a consumer that adds to it (`grammars.json_counted`: length bounds), which
+    may allow more than `MAX_STATES` states (`limit`)."""
+    edges, accepting, live = _walk(body, excluded, required, path, keyword, limit)
+    return _kept(edges, accepting, live) if 0 in live else None
+
+
+def _kept(edges: list[dict[int, int]], accepting: set[int],
+          live: set[int]) -> tuple[list[dict[int, int]], set[int]]:
+    """The automaton of the `live` states only, renumbered (0 stays the start)."""
+    number = {old: new for new, old in enumerate(sorted(live))}
+    return ([{number[j]: m for j, m in edges[i].items() if j in live} for i in sorted(live)],
+            {number[i] for i in accepting if i in live})
+
+
+def _walk(body: Node, excluded: list[Node], required: list[Node], path: str, keyword: str,
+          limit: int = MAX_STATES) -> tuple[list[dict[int, int]], set[int], set[int]]:
+    """The product automaton (edges, accepting states) and its states that reach an accepting one."""
+    try:
+        dfa_class = _DFA_CLASS[0]
+        dfas = [dfa_class(Grammar({"start": n}), max_states=limit) for n in (body, *required, *excluded)]
+        edges, accepting = _product(dfas, len(required), path, keyword, limit)
+    except StateBudgetError:
+        raise _refuse(keyword, path, f"an automaton of more than {limit} states") from None
+    return edges, accepting, _coreachable(edges, accepting)
 
 
 def _refuse(keyword: str, path: str, why: str) -> UnsupportedSchemaError:
@@ -101,8 +123,8 @@ def _classes(dfas: list[LazyDFA]) -> list[tuple[int, tuple[int, ...]]]:
     return [(m, k) for k, m in groups.items()]
 
 
-def _product(dfas: list[LazyDFA], n_required: int, path: str,
-             keyword: str) -> tuple[list[dict[int, int]], set[int]]:
+def _product(dfas: list[LazyDFA], n_required: int, path: str, keyword: str,
+             limit: int = MAX_STATES) -> tuple[list[dict[int, int]], set[int]]:
     """Per product state its edges (target -> byte mask), and the accepting states; state 0 is the start.
     `dfas`: the body, then `n_required` that must accept too, then those that must not."""
     head, rest = dfas[0], dfas[1:]
@@ -115,7 +137,7 @@ def _product(dfas: list[LazyDFA], n_required: int, path: str,
     accepting: set[int] = set()
     k = len(dfas)
     if k == 2:
-        return _product2(dfas, n_required, classes, path, keyword)
+        return _product2(dfas, n_required, classes, path, keyword, limit)
     for i, q in enumerate(order):
         checkpoint()                                      # (compiled: let other threads have the GIL)
         if (head.is_accepting(q[0]) and all(d.is_accepting(s) for d, s in zip(need, q[1:]))
@@ -137,8 +159,8 @@ def _product(dfas: list[LazyDFA], n_required: int, path: str,
             key = tuple(nxt)
             j = index.get(key)
             if j is None:
-                if len(order) >= MAX_STATES:
-                    raise _refuse(keyword, path, f"more than {MAX_STATES} automaton states")
+                if len(order) >= limit:
+                    raise _refuse(keyword, path, f"more than {limit} automaton states")
                 j = index[key] = len(order)
                 order.append(key)
             out[j] = out.get(j, 0) | mask
@@ -147,7 +169,7 @@ def _product(dfas: list[LazyDFA], n_required: int, path: str,
 
 
 def _product2(dfas: list[LazyDFA], n_required: int, classes: list[tuple[int, tuple[int, ...]]], path: str,
-              keyword: str) -> tuple[list[dict[int, int]], set[int]]:
+              keyword: str, limit: int = MAX_STATES) -> tuple[list[dict[int, int]], set[int]]:
     """`_product` of two DFAs, a pair of states kept as one int (no tuple per edge: a third less time).
     Its loop is `_product`'s on purpose: one loop keeping any number of states as one int, with an
     inner loop over the DFAs, took 7.4-8.4 ms of Snowplow---sp_333's compile against 5.5 here."""
@@ -178,8 +200,8 @@ def _product2(dfas: list[LazyDFA], n_required: int, classes: list[tuple[int, tup
             nxt = first * wide + second + 1
             j = index.get(nxt)
             if j is None:
-                if len(order) >= MAX_STATES:
-                    raise _refuse(keyword, path, f"more than {MAX_STATES} automaton states")
+                if len(order) >= limit:
+                    raise _refuse(keyword, path, f"more than {limit} automaton states")
                 j = index[nxt] = len(order)
                 order.append(nxt)
             out[j] = out.get(j, 0) | mask

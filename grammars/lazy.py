@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from grammars.ast import Alt, AnyOrder, ByteSet, Node, Ref, Repeat, Seq
+from grammars.ast import Alt, AnyOrder, ByteSet, Counted, Node, Ref, Repeat, Seq
 from grammars.fragments import _SHARED, FREE, SPLICE
 
 __all__ = ["LazyRules", "LAZY_MIN", "LAZY_MIN_IN_BODY"]
@@ -248,8 +248,8 @@ def _ends_free(node: Node, memo: dict[int, bool]) -> bool:
         return node.mask != 0
     if kind is Ref:
         return False
-    if (kind is Repeat and node.min == 0) or kind is AnyOrder:
-        return True              # (an `AnyOrder`'s frame tests are epsilon moves to `need`: it ends empty)
+    if (kind is Repeat and node.min == 0) or kind is AnyOrder or kind is Counted:
+        return True              # (an `AnyOrder`'s or `Counted`'s frame edges are epsilon moves to `need`)
     key = id(node)
     got = memo.get(key)
     if got is None:

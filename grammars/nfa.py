@@ -75,14 +75,14 @@ import numpy as np
 
 from grammars.ast import Grammar, Node
 from grammars.fragments import (  # noqa: F401 - re-exported: the call edge kinds and `share` are part of the NFA's API
-    CHECK, CLEAR, COUNT, ENTER, FREE, HEAD, INC, LEAVE, PICK, REG, SPLICE, SUBROUTINE_MIN, UNROLL_LIMIT, FragmentBuilder,
-    share,
+    CHECK, CLEAR, COUNT, ENTER, EXIT, FREE, GATE, HEAD, INC, LEAVE, PICK, REG, SPLICE, SUBROUTINE_MIN, TICK, UNROLL_LIMIT,
+    FragmentBuilder, share,
 )
 from grammars.lazy import _COLUMNS, LazyRules
 from grammars.need import INF, compute_need
 
 __all__ = ["NFA", "NFAArrays", "INF", "gc_paused", "share", "REG", "FREE", "ENTER", "HEAD", "INC", "SPLICE", "PICK",
-           "CHECK", "LEAVE", "COUNT", "CLEAR", "UNROLL_LIMIT", "SUBROUTINE_MIN"]
+           "CHECK", "LEAVE", "COUNT", "CLEAR", "GATE", "TICK", "EXIT", "UNROLL_LIMIT", "SUBROUTINE_MIN"]
 
 
 class gc_paused:  # noqa: N801 - used as a function: ``with gc_paused():``
