@@ -28,7 +28,6 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 import warnings
@@ -51,45 +50,6 @@ _kernels: Any = None
 _loaded = False
 
 
-def _drop_stale_caches() -> None:
-    """Delete numba's cached machine code of `walk_kernels` when `dfa_kernels` has changed.
-
-    numba checks a cached function against its own source file only, and the walks compile
-    `dfa_kernels.expand_row` into themselves: after a change to `dfa_kernels` alone (a pull
-    into an editable install, a new kind of call edge) they would keep running the old
-    closure, whose frames no longer match the NFA's (a crash). A hash of both files is kept
-    beside the caches; when it differs, the walks' caches go and are compiled again.
-    """
-    from numba.core.config import CACHE_DIR
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    try:
-        data = b"".join(open(os.path.join(here, f), "rb").read() for f in ("dfa_kernels.py", "walk_kernels.py"))
-    except OSError:
-        return
-    stamp = hashlib.sha1(data).hexdigest()
-    # numba's places for them: beside the source, or under NUMBA_CACHE_DIR (the source's path mirrored)
-    places = [os.path.join(here, "__pycache__")]
-    if CACHE_DIR:
-        places.append(os.path.join(CACHE_DIR, os.path.splitdrive(here)[1].lstrip(os.sep)))
-    for place in places:
-        mark = os.path.join(place, "kernels.stamp")
-        try:
-            with open(mark) as f:
-                if f.read() == stamp:
-                    continue
-        except OSError:
-            pass
-        try:
-            for name in os.listdir(place):
-                if name.startswith("walk_kernels.") and name.endswith((".nbi", ".nbc")):
-                    os.unlink(os.path.join(place, name))
-            with open(mark, "w") as f:
-                f.write(stamp)
-        except OSError:                 # not there yet, or read-only: numba then compiles without it too
-            pass
-
-
 def load_kernels() -> Any:
     """The kernels of `dfa_kernels` and `walk_kernels` (with their status codes), or None
     (numba missing, or ``CONSTRAINED_JIT=0``)."""
@@ -100,7 +60,6 @@ def load_kernels() -> Any:
         if not _loaded:
             if os.environ.get("CONSTRAINED_JIT", "1") != "0":
                 try:
-                    _drop_stale_caches()
                     from constrained import dfa_kernels, need_kernel, walk_kernels
                     _kernels = SimpleNamespace(**{name: getattr(module, name) for module in (dfa_kernels, walk_kernels)
                                                   for name in module.__all__})

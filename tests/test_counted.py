@@ -6,7 +6,6 @@ address with 254, ``^(?:\\S+\\s+){0,29}\\S+$`` with 300) compile."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 
@@ -17,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from constrained.compile import compile_json_schema
-from constrained.dfa_jit import _drop_stale_caches, native_dfa_class
+from constrained.dfa_jit import native_dfa_class
 from grammars.ast import NOTHING, Counted, Grammar, non_empty
 from grammars.dfa import LazyDFA
 from grammars.errors import UnsupportedSchemaError
@@ -155,24 +154,3 @@ def test_token_walks_never_stall_and_end_valid(vocabulary) -> None:
                 ids.append(tok)
             text = vocab.decode(ids).decode()
             assert jsonschema.Draft202012Validator(schema).is_valid(json.loads(text)), text
-
-
-def test_stale_walk_caches_are_dropped_when_the_kernels_change(tmp_path, monkeypatch) -> None:
-    """numba checks a cached walk against its own file only; a change to `dfa_kernels` must drop it."""
-    import constrained.dfa_jit as dfa_jit
-
-    cache = tmp_path / "__pycache__"
-    cache.mkdir()
-    for name in ("dfa_kernels.py", "walk_kernels.py"):
-        (tmp_path / name).write_text(f"# {name}\n")
-    monkeypatch.setattr(dfa_jit, "__file__", str(tmp_path / "dfa_jit.py"))
-    stale = cache / "walk_kernels.walk_native-30.py311.nbi"
-    stale.write_text("")
-    _drop_stale_caches()
-    assert not stale.exists()
-    stale.write_text("")
-    _drop_stale_caches()                                  # unchanged sources: the cache stays
-    assert stale.exists()
-    (tmp_path / "dfa_kernels.py").write_text("# changed\n")
-    _drop_stale_caches()
-    assert not stale.exists() and os.path.exists(cache / "kernels.stamp")
