@@ -80,12 +80,11 @@ def difference(body: Node, excluded: list[Node], *, path: str, keyword: str = "n
 
 
 def string_automaton(body: Node, excluded: list[Node], *, path: str, keyword: str = "not",
-                     required: list[Node] = (), limit: int = MAX_STATES) -> tuple[list[dict[int, int]], set[int]] | None:
+                     required: list[Node] = ()) -> tuple[list[dict[int, int]], set[int]] | None:
     """The automaton of `difference`'s texts: per state its edges (target -> byte mask) and the
     accepting states; state 0 is the start and every state reaches an accepting one. None when
-    no text is left. For a consumer that adds to it (`grammars.json_counted`: length bounds), which
-    may allow more than `MAX_STATES` states (`limit`)."""
-    edges, accepting, live = _walk(body, excluded, required, path, keyword, limit)
+    no text is left. For a consumer that adds to it (`grammars.json_counted`: length bounds)."""
+    edges, accepting, live = _walk(body, excluded, required, path, keyword)
     return _kept(edges, accepting, live) if 0 in live else None
 
 
@@ -97,15 +96,15 @@ def _kept(edges: list[dict[int, int]], accepting: set[int],
             {number[i] for i in accepting if i in live})
 
 
-def _walk(body: Node, excluded: list[Node], required: list[Node], path: str, keyword: str,
-          limit: int = MAX_STATES) -> tuple[list[dict[int, int]], set[int], set[int]]:
+def _walk(body: Node, excluded: list[Node], required: list[Node], path: str,
+          keyword: str) -> tuple[list[dict[int, int]], set[int], set[int]]:
     """The product automaton (edges, accepting states) and its states that reach an accepting one."""
     try:
         dfa_class = _DFA_CLASS[0]
-        dfas = [dfa_class(Grammar({"start": n}), max_states=limit) for n in (body, *required, *excluded)]
-        edges, accepting = _product(dfas, len(required), path, keyword, limit)
+        dfas = [dfa_class(Grammar({"start": n}), max_states=MAX_STATES) for n in (body, *required, *excluded)]
+        edges, accepting = _product(dfas, len(required), path, keyword)
     except StateBudgetError:
-        raise _refuse(keyword, path, f"an automaton of more than {limit} states") from None
+        raise _refuse(keyword, path, f"an automaton of more than {MAX_STATES} states") from None
     return edges, accepting, _coreachable(edges, accepting)
 
 
@@ -123,8 +122,8 @@ def _classes(dfas: list[LazyDFA]) -> list[tuple[int, tuple[int, ...]]]:
     return [(m, k) for k, m in groups.items()]
 
 
-def _product(dfas: list[LazyDFA], n_required: int, path: str, keyword: str,
-             limit: int = MAX_STATES) -> tuple[list[dict[int, int]], set[int]]:
+def _product(dfas: list[LazyDFA], n_required: int, path: str,
+             keyword: str) -> tuple[list[dict[int, int]], set[int]]:
     """Per product state its edges (target -> byte mask), and the accepting states; state 0 is the start.
     `dfas`: the body, then `n_required` that must accept too, then those that must not."""
     head, rest = dfas[0], dfas[1:]
@@ -137,7 +136,7 @@ def _product(dfas: list[LazyDFA], n_required: int, path: str, keyword: str,
     accepting: set[int] = set()
     k = len(dfas)
     if k == 2:
-        return _product2(dfas, n_required, classes, path, keyword, limit)
+        return _product2(dfas, n_required, classes, path, keyword)
     for i, q in enumerate(order):
         checkpoint()                                      # (compiled: let other threads have the GIL)
         if (head.is_accepting(q[0]) and all(d.is_accepting(s) for d, s in zip(need, q[1:]))
@@ -159,8 +158,8 @@ def _product(dfas: list[LazyDFA], n_required: int, path: str, keyword: str,
             key = tuple(nxt)
             j = index.get(key)
             if j is None:
-                if len(order) >= limit:
-                    raise _refuse(keyword, path, f"more than {limit} automaton states")
+                if len(order) >= MAX_STATES:
+                    raise _refuse(keyword, path, f"more than {MAX_STATES} automaton states")
                 j = index[key] = len(order)
                 order.append(key)
             out[j] = out.get(j, 0) | mask
@@ -169,7 +168,7 @@ def _product(dfas: list[LazyDFA], n_required: int, path: str, keyword: str,
 
 
 def _product2(dfas: list[LazyDFA], n_required: int, classes: list[tuple[int, tuple[int, ...]]], path: str,
-              keyword: str, limit: int = MAX_STATES) -> tuple[list[dict[int, int]], set[int]]:
+              keyword: str) -> tuple[list[dict[int, int]], set[int]]:
     """`_product` of two DFAs, a pair of states kept as one int (no tuple per edge: a third less time).
     Its loop is `_product`'s on purpose: one loop keeping any number of states as one int, with an
     inner loop over the DFAs, took 7.4-8.4 ms of Snowplow---sp_333's compile against 5.5 here."""
@@ -200,8 +199,8 @@ def _product2(dfas: list[LazyDFA], n_required: int, classes: list[tuple[int, tup
             nxt = first * wide + second + 1
             j = index.get(nxt)
             if j is None:
-                if len(order) >= limit:
-                    raise _refuse(keyword, path, f"more than {limit} automaton states")
+                if len(order) >= MAX_STATES:
+                    raise _refuse(keyword, path, f"more than {MAX_STATES} automaton states")
                 j = index[nxt] = len(order)
                 order.append(nxt)
             out[j] = out.get(j, 0) | mask
