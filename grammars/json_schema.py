@@ -80,7 +80,7 @@ from grammars.json_doubles import (
     safe_integers,
 )
 from grammars.json_formats import FORMATS, format_node
-from grammars.json_length import DEFAULT_SIZE_BUDGET, restrict_length
+from grammars.json_length import DEFAULT_SIZE_BUDGET, EXPANSION_BUDGET, restrict_length
 from grammars.json_merge import (
     ANNOTATIONS, KEYWORD_TYPE, NOT_IN_DRAFT, TYPES, UNEVALUATED, Merger, disjoint, negation, normalize, plain_not, type_set,
     whole_types,
@@ -711,7 +711,7 @@ class Compiler:
             rest = any_string_body(lo, hi)
         else:
             try:
-                rest = restrict_length(body, lo, hi, path=path)
+                rest = restrict_length(body, lo, hi, path=path, budget=EXPANSION_BUDGET)
             except UnsupportedSchemaError:
                 rest, required = any_string_body(lo, hi), [body, *required]
                 length_product = True
