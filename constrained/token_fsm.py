@@ -29,6 +29,7 @@ import numpy as np
 from constrained.errors import IncompatibleVocabularyError
 from constrained.slice_view import MAX_EXCLUDED, SliceView, slice_view
 from constrained.slices import follows_utf8, ids_bitmask
+from constrained.twins import CounterTwins
 from constrained.untracked import untrack
 from constrained.vocab_index import VocabIndex
 from constrained.work import WORK
@@ -54,6 +55,11 @@ _MOVE_BYTES = 160
 # Unsorted ids up to this many are scanned for a token (as fast as a binary search);
 # longer ones are sorted on their first lookup.
 _MAX_SCAN = 4096
+# What a `TwinMasks` holds besides arrays (counted in `held_bytes`).
+_TWIN_BYTES = 200
+# Masks are shared between twins (`constrained.twins`) once the DFA has this many states: a
+# count's states add up fast (~10 a character of a string), a schema's first masks make few.
+_TWIN_MIN_STATES = 2048
 
 
 class StateMasks:
@@ -150,6 +156,43 @@ def _sort_pairs(ids: np.ndarray, nxt: np.ndarray) -> tuple[np.ndarray, np.ndarra
 _Guide = None                                 # `constrained.guide.Guide`, imported on first use
 
 
+
+class TwinMasks(StateMasks):
+    """The `StateMasks` of a state whose mask is its twin's (see `constrained.twins`).
+
+    The bitmask, the allowed ids and `accepting` are the twin's, shared (never
+    copied); a token's next state is walked from this state's own DFA state,
+    byte by byte, so counts stay exact. `ids` and `next` (every allowed token's
+    next state at once, `TokenFSM.transitions`) are computed in full on first use.
+    """
+
+    __slots__ = ("_fsm", "_state", "_twin")
+
+    def __init__(self, twin: StateMasks, fsm: "TokenFSM", state: int) -> None:
+        super().__init__(_EMPTY, _EMPTY, None, twin.accepting, twin.bitmask, allowed=twin.allowed)
+        self._fsm, self._state, self._twin = fsm, state, twin
+        self._sorted = False                      # `_pairs` not computed yet
+
+    def lookup(self, token: int) -> int:
+        data = self._fsm.index.token_bytes[token]
+        return self._fsm.dfa.walk(self._state, data) if data else -1
+
+    def _sorted_pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        if not self._sorted:
+            self._pairs = self._fsm._all_pairs(self._fsm._compute(self._state))
+            self._sorted = True
+        return self._pairs
+
+    @property
+    def can_continue(self) -> bool:
+        return self._twin.can_continue
+
+    @property
+    def nbytes(self) -> int:
+        ids, nxt = self._pairs                    # (the bitmask and ids are the twin's)
+        return ids.nbytes + nxt.nbytes + _TWIN_BYTES
+
+
 class TokenFSM:
     """Token-level view of a byte DFA over a vocabulary, computed lazily.
 
@@ -170,6 +213,9 @@ class TokenFSM:
         >>> # see the module docstring
     """
 
+    # states that differ only in counts far from their bounds share one mask (`constrained.twins`)
+    share_counts = True
+
     def __init__(self, dfa, vocab: "Vocabulary", use_slices: bool = True,
                  leading_gap: "WhitespacePolicy | None" = None) -> None:
         self.dfa = dfa
@@ -185,6 +231,9 @@ class TokenFSM:
         self._steps: dict = {}                    # per-state slice character steps (see slice_view)
         self._moves: dict[int, int] = {}          # state << 32 | token -> `next_state`, the transitions taken
         self._lock = threading.RLock()
+        # counter loops whose far counts share masks (`constrained.twins`); None: not built yet
+        self._twins: CounterTwins | None = None
+        self._twin_of: dict[tuple, StateMasks] = {}   # a class of states -> the mask of its first
         self._finished = StateMasks(_EMPTY, _EMPTY, None, True, self.index.eos_bitmask,
                                     allowed=self.index.eos_ids, forced=())
         self._check_initial()
@@ -201,7 +250,7 @@ class TokenFSM:
                 m = self._memo.get(state)
                 if m is None:
                     with WORK:
-                        m = self._compute(state)
+                        m = self._twin_masks(state)
                     self._memo[state] = m
                     self._held += m.nbytes
         return m
@@ -264,17 +313,7 @@ class TokenFSM:
         """
         if state == FINISHED:
             return _EMPTY, _EMPTY
-        m = self.masks(state)
-        ids, nxt = m.ids, m.next
-        if m.view is not None:
-            view, sl = m.view, m.view.slice
-            bits = np.unpackbits(view.bitmask().view(np.uint8), bitorder="little")[: self.index.size]
-            vids = np.flatnonzero(bits).astype(np.int32)
-            vnext = view.rows[view.row_index(sl.complete[vids].astype(np.int64)), sl.end[vids]].astype(np.int32)
-            keep = ~np.isin(ids, vids)                # `next_state` asks the view first
-            ids, nxt = np.concatenate([ids[keep], vids]), np.concatenate([nxt[keep], vnext])
-            order = np.argsort(ids, kind="stable")
-            ids, nxt = ids[order], nxt[order]
+        ids, nxt = self._all_pairs(self.masks(state))
         not_eos = ~np.isin(ids, self.index.eos_ids)
         return ids[not_eos], nxt[not_eos]
 
@@ -349,6 +388,42 @@ class TokenFSM:
         if accepting:
             bitmask |= self.index.eos_bitmask
         return StateMasks(ids, nxt, view, accepting, bitmask, sorted=False)
+
+    def _twin_masks(self, state: int) -> StateMasks:
+        """`_compute(state)`, or the masks of an earlier state of its class (`constrained.twins`)."""
+        twins = self._twins
+        dfa = self.dfa
+        if not self.share_counts or state < 0 or dfa.num_states < _TWIN_MIN_STATES:
+            return self._compute(state)         # (a schema's first masks pay nothing for this)
+        if twins is None or twins.num_states != dfa.nfa.num_states:   # (a lazy rule was built since)
+            if not hasattr(dfa, "_stk_ret"):
+                return self._compute(state)
+            twins = self._twins = CounterTwins(dfa, self.index.longest_token)
+        key = twins.key(state) if twins.usable else None
+        if key is None:
+            return self._compute(state)
+        twin = self._twin_of.get(key)
+        if twin is None:
+            twin = self._twin_of[key] = self._compute(state)
+            return twin
+        if twin.allowed is None:
+            twin.allowed = self._materialize(twin)
+        return TwinMasks(twin, self, state)
+
+    def _all_pairs(self, m: StateMasks) -> tuple[np.ndarray, np.ndarray]:
+        """Every allowed id of `m` (EOS aside) and its next state, ids ascending: its own
+        pairs and its slice view's tokens."""
+        ids, nxt = m.ids, m.next
+        if m.view is not None:
+            view, sl = m.view, m.view.slice
+            bits = np.unpackbits(view.bitmask().view(np.uint8), bitorder="little")[: self.index.size]
+            vids = np.flatnonzero(bits).astype(np.int32)
+            vnext = view.rows[view.row_index(sl.complete[vids].astype(np.int64)), sl.end[vids]].astype(np.int32)
+            keep = ~np.isin(ids, vids)                # `next_state` asks the view first
+            ids, nxt = np.concatenate([ids[keep], vids]), np.concatenate([nxt[keep], vnext])
+            order = np.argsort(ids, kind="stable")
+            ids, nxt = ids[order], nxt[order]
+        return ids, nxt
 
     def _walk_lead(self, state: int, native) -> tuple[np.ndarray, np.ndarray]:
         """`trie.walk` of the document's start, its leading whitespace taken the short way (`lead_gap`)."""

@@ -60,6 +60,7 @@ class VocabIndex:
             (has bytes, not empty, not EOS).
         trie: trie of the usable tokens.
         slices: precomputed slices, largest language first.
+        longest_token: the most bytes a usable token has.
     """
 
     _cache: "OrderedDict[str, VocabIndex]" = OrderedDict()
@@ -98,6 +99,8 @@ class VocabIndex:
         # each token's first byte (0 for unusable ones), to exclude tokens by how they start
         self.first_byte = np.array([b[0] if b else 0 for b in self.token_bytes], dtype=np.uint8)
         self._gap_starts: dict = {}              # per whitespace policy, see `gap_starts`
+        # the most bytes a usable token reads (see `constrained.twins`)
+        self.longest_token = max((len(self.token_bytes[i]) for i in usable_ids), default=0)
 
     @property
     def nbytes(self) -> int:

@@ -1,0 +1,152 @@
+"""Masks shared by DFA states whose counts are far from their bounds (`constrained.twins`):
+every mask along random token walks equals the one computed without sharing."""
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from constrained.compile import compile_grammar
+from constrained.dfa_jit import native_dfa_class
+from constrained.gguf_tokenizers import hf_tokenizer
+from constrained.guide import Guide
+from constrained import token_fsm
+from constrained.token_fsm import FINISHED, TokenFSM, TwinMasks
+from constrained.vocab import Vocabulary
+from grammars.json_schema import json_schema_grammar
+from grammars.regex import regex_grammar
+
+pytestmark = pytest.mark.skipif(native_dfa_class() is None, reason="twins read the native DFA's configurations")
+
+CASES = [
+    ("schema", {"type": "string", "maxLength": 600}),
+    ("schema", {"type": "string", "minLength": 250, "maxLength": 700}),
+    ("schema", {"type": "array", "items": {"type": "string", "maxLength": 300}, "maxItems": 3}),
+    ("schema", {"type": "object", "properties": {"a": {"type": "string", "maxLength": 400}, "b": {"type": "integer"}},
+                "required": ["a", "b"], "additionalProperties": False}),
+    ("regex", "([a-z ]{0,400}x){1,3}"),
+    # nested counts: the array's frame lies under the string's
+    ("schema", {"type": "array", "items": {"type": "string", "maxLength": 200}, "minItems": 2, "maxItems": 1000}),
+    # rule calls (recursion) between the frames
+    ("schema", {"type": "object", "properties": {"name": {"type": "string", "maxLength": 500},
+                                                 "kids": {"type": "array", "items": {"$ref": "#"}}},
+                "required": ["name"]}),
+]
+
+
+@pytest.fixture(autouse=True)
+def from_the_first_state(request, monkeypatch):
+    """Share from the first state on (by default, from the DFA's 2048th), unless a test says otherwise."""
+    if "default_threshold" not in request.keywords:
+        monkeypatch.setattr(token_fsm, "_TWIN_MIN_STATES", 0)
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    return Vocabulary.from_tokenizer(hf_tokenizer("llama-spm"))
+
+
+def _pair(kind, spec, vocab):
+    def make():
+        grammar = json_schema_grammar(spec) if kind == "schema" else regex_grammar(spec)
+        return compile_grammar(grammar, vocab)
+    fsm, ref = make(), make()
+    ref.share_counts = False
+    return fsm, ref
+
+
+def _pick(rng: random.Random, fsm: TokenFSM, state: int, vocab) -> int:
+    ids = fsm.allowed_token_ids(state)
+    text = [t for t in ids.tolist() if t not in vocab.eos_token_ids and (vocab.token_bytes[t] or b"").isalpha()]
+    if text and rng.random() < 0.9:                 # mostly letters: the counts grow toward the bounds
+        return rng.choice(text)
+    return int(rng.choice(ids.tolist()))
+
+
+@pytest.mark.parametrize("kind,spec", CASES, ids=[json.dumps(c[1])[:40] for c in CASES])
+def test_shared_masks_equal_the_masks_computed_alone(kind, spec, vocab):
+    fsm, ref = _pair(kind, spec, vocab)
+    shared = 0
+    for seed in range(3):
+        rng = random.Random(seed)
+        s, r = fsm.initial, ref.initial
+        for _ in range(400):
+            assert np.array_equal(fsm.bitmask(s), ref.bitmask(r))
+            assert fsm.is_accepting(s) == ref.is_accepting(r)
+            shared += isinstance(fsm.masks(s), TwinMasks)
+            tok = _pick(rng, fsm, s, vocab)
+            s, r = fsm.next_state(s, tok), ref.next_state(r, tok)
+            assert (s >= 0) == (r >= 0) and (s == FINISHED) == (r == FINISHED)
+            if s == FINISHED:
+                break
+    assert shared > 50                              # the walks met states sharing a mask
+    assert not any(isinstance(m, TwinMasks) for m in ref._memo.values())
+
+
+def test_a_shared_state_gives_every_transition_of_its_own(vocab):
+    fsm, ref = _pair("schema", {"type": "string", "maxLength": 600}, vocab)
+    g, h = Guide(fsm), Guide(ref)
+    word = vocab.token_bytes.index(b"hello")
+    for tok in [vocab.token_bytes.index(b'"')] + [word] * 40:
+        g.advance(tok)
+        h.advance(tok)
+    assert isinstance(fsm.masks(g.state), TwinMasks)
+    ids, nxt = fsm.transitions(g.state)
+    ref_ids, ref_nxt = ref.transitions(h.state)
+    assert np.array_equal(ids, ref_ids)
+    for i in range(0, len(ids), max(1, len(ids) // 50)):
+        assert fsm.next_state(g.state, int(ids[i])) == nxt[i]
+        assert np.array_equal(fsm.bitmask(int(nxt[i])), ref.bitmask(int(ref_nxt[i])))
+
+
+@pytest.mark.default_threshold
+def test_a_long_string_walks_the_sampled_token_only(vocab):
+    """Without sharing, each new count walked the whole vocabulary and memoized a mask."""
+    fsm, ref = _pair("schema", {"type": "string", "maxLength": 100_000}, vocab)
+    word = vocab.token_bytes.index(b"hello")
+    for f in (fsm, ref):
+        s = f.next_state(f.initial, vocab.token_bytes.index(b'"'))
+        for _ in range(600):
+            f.bitmask(s)
+            s = f.next_state(s, word)
+    walked = [sum(not isinstance(m, TwinMasks) for m in f._memo.values()) for f in (fsm, ref)]
+    # masks computed by a vocabulary walk: until the DFA has 2048 states (about 50 tokens), then a few
+    assert walked[0] < 100 and walked[1] > 600
+    assert fsm.dfa.num_states < ref.dfa.num_states and fsm.held_bytes < 0.8 * ref.held_bytes
+
+
+def test_bounds_are_kept_exactly(vocab):
+    """At the bound the string must close, as without sharing."""
+    fsm, ref = _pair("schema", {"type": "string", "minLength": 100, "maxLength": 300}, vocab)
+    a = vocab.token_bytes.index(b"a")
+    quote = vocab.token_bytes.index(b'"')
+    for f in (fsm, ref):
+        s = f.next_state(f.initial, quote)
+        for i in range(300):
+            assert (f.next_state(s, quote) >= 0) == (i >= 100)     # too short below 100
+            s = f.next_state(s, a)
+        assert f.next_state(s, a) < 0                # too long
+        assert f.is_accepting(f.next_state(s, quote))
+    assert any(isinstance(m, TwinMasks) for m in fsm._memo.values())
+
+
+@pytest.mark.parametrize("spec,options", [
+    ({"type": "object", "properties": {"a": {"type": "string", "maxLength": 400}, "b": {"type": "integer"}}},
+     {"any_order": True}),                                     # the set of members taken is a frame too
+    ({"type": "string", "pattern": "^[a-z]+( [a-z]+)*$", "maxLength": 3000}, {}),   # a `Counted` string
+], ids=["any_order", "counted"])
+def test_frames_that_are_not_loop_counts_share_nothing(spec, options, vocab):
+    grammar = json_schema_grammar(spec, **options)
+    fsm, ref = compile_grammar(grammar, vocab), compile_grammar(json_schema_grammar(spec, **options), vocab)
+    ref.share_counts = False
+    rng = random.Random(0)
+    s, r = fsm.initial, ref.initial
+    for _ in range(200):
+        assert np.array_equal(fsm.bitmask(s), ref.bitmask(r))
+        tok = _pick(rng, fsm, s, vocab)
+        s, r = fsm.next_state(s, tok), ref.next_state(r, tok)
+        if s == FINISHED:
+            break
+    assert fsm._twins is not None and not fsm._twins.usable
+    assert not any(isinstance(m, TwinMasks) for m in fsm._memo.values())
