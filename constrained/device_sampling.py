@@ -120,7 +120,7 @@ def _torch_mask(pick: Pick, cols: int, device: Any) -> TorchIndexMask | TorchRow
     if pick.fsm is None:
         return TorchIndexMask(True, torch.from_numpy(pick.ids.astype(np.int64)).to(device))
     cache = mask_cache(pick.fsm, torch_mask_form(device))
-    key = (pick.state, cols, device)
+    key = (pick.fsm.mask_key(pick.state), cols, device)
     mask = cache.get(key)
     return mask if mask is not None else cache.put(key, pick.fsm.bitmask(pick.state))
 
@@ -207,6 +207,6 @@ def _mlx_mask(pick: Pick, cols: int) -> MLXIndexMask | None:
     if pick.fsm is None:
         return MLXIndexMask(True, mx.array(pick.ids.astype(np.int32)))
     cache = mask_cache(pick.fsm, MLXIndexMask)
-    key = (pick.state, (cols,))
+    key = (pick.fsm.mask_key(pick.state), (cols,))
     mask = cache.get(key)
     return mask if mask is not None else cache.put(key, pick.fsm.bitmask(pick.state))

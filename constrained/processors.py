@@ -93,7 +93,7 @@ class ConstraintCursor:
         """The FSM state whose mask applies next: the guide's, or -1 (EOS only) once failed/finished."""
         if self.failed or self.guide.is_finished():
             return -1
-        return self.guide.state
+        return self.fsm.mask_key(self.guide.state)
 
     def bitmask(self, words: int) -> np.ndarray:
         """The packed int32 mask for the next token (EOS only once failed/finished)."""

@@ -83,7 +83,7 @@ class Pick:
         from constrained.index_masks import HostIndexMask, mask_cache
 
         cache = mask_cache(self.fsm, HostIndexMask)
-        key = (self.state, cols)
+        key = (self.fsm.mask_key(self.state), cols)
         mask = cache.get(key)
         if mask is None:
             mask = cache.put(key, self.fsm.bitmask(self.state))

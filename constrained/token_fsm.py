@@ -166,11 +166,12 @@ class TwinMasks(StateMasks):
     next state at once, `TokenFSM.transitions`) are computed in full on first use.
     """
 
-    __slots__ = ("_fsm", "_state", "_twin")
+    __slots__ = ("_fsm", "_state", "_twin", "source")
 
-    def __init__(self, twin: StateMasks, fsm: "TokenFSM", state: int) -> None:
+    def __init__(self, twin: StateMasks, source: int, fsm: "TokenFSM", state: int) -> None:
         super().__init__(_EMPTY, _EMPTY, None, twin.accepting, twin.bitmask, allowed=twin.allowed)
         self._fsm, self._state, self._twin = fsm, state, twin
+        self.source = source                      # the twin's state (see `TokenFSM.mask_key`)
         self._sorted = False                      # `_pairs` not computed yet
 
     def lookup(self, token: int) -> int:
@@ -233,7 +234,7 @@ class TokenFSM:
         self._lock = threading.RLock()
         # counter loops whose far counts share masks (`constrained.twins`); None: not built yet
         self._twins: CounterTwins | None = None
-        self._twin_of: dict[tuple, StateMasks] = {}   # a class of states -> the mask of its first
+        self._twin_of: dict[tuple, tuple[int, StateMasks]] = {}   # a class of states -> its first, and its masks
         self._finished = StateMasks(_EMPTY, _EMPTY, None, True, self.index.eos_bitmask,
                                     allowed=self.index.eos_ids, forced=())
         self._check_initial()
@@ -261,6 +262,14 @@ class TokenFSM:
         if m.allowed is None:
             m.allowed = self._materialize(m)
         return m.allowed
+
+    def mask_key(self, state: int) -> int:
+        """The state whose mask `state` has: itself, or the first state of its class (see
+        `constrained.twins`), so that caches of masks per state keep one entry for a class."""
+        if state < 0:
+            return state
+        m = self.masks(state)
+        return m.source if type(m) is TwinMasks else state
 
     def bitmask(self, state: int) -> np.ndarray:
         """Packed int32 mask (bit i of word i // 32 = token i allowed). Do not modify."""
@@ -402,13 +411,15 @@ class TokenFSM:
         key = twins.key(state) if twins.usable else None
         if key is None:
             return self._compute(state)
-        twin = self._twin_of.get(key)
-        if twin is None:
-            twin = self._twin_of[key] = self._compute(state)
+        hit = self._twin_of.get(key)
+        if hit is None:
+            twin = self._compute(state)
+            self._twin_of[key] = (state, twin)
             return twin
+        source, twin = hit
         if twin.allowed is None:
             twin.allowed = self._materialize(twin)
-        return TwinMasks(twin, self, state)
+        return TwinMasks(twin, source, self, state)
 
     def _all_pairs(self, m: StateMasks) -> tuple[np.ndarray, np.ndarray]:
         """Every allowed id of `m` (EOS aside) and its next state, ids ascending: its own

@@ -150,3 +150,19 @@ def test_frames_that_are_not_loop_counts_share_nothing(spec, options, vocab):
             break
     assert fsm._twins is not None and not fsm._twins.usable
     assert not any(isinstance(m, TwinMasks) for m in fsm._memo.values())
+
+
+def test_twins_have_one_mask_key(vocab):
+    """Caches of device masks per state (`mask_key`) keep one entry for a class of twins."""
+    fsm, _ = _pair("schema", {"type": "string", "maxLength": 5000}, vocab)
+    word = vocab.token_bytes.index(b"hello")
+    s = fsm.next_state(fsm.initial, vocab.token_bytes.index(b'"'))
+    states = []
+    for _ in range(200):
+        states.append(s)
+        s = fsm.next_state(s, word)
+    keys = {fsm.mask_key(q) for q in states}
+    assert len(set(states)) == 200 and len(keys) < 5
+    for q in states:
+        assert np.array_equal(fsm.bitmask(q), fsm.bitmask(fsm.mask_key(q)))
+    assert fsm.mask_key(FINISHED) == FINISHED and fsm.mask_key(fsm.initial) == fsm.initial
