@@ -94,7 +94,9 @@ def _warm_up() -> None:
     dfa.explore()
     for status in (_kernels.GROW_CFG_HT, _kernels.GROW_STACK_HT):
         dfa._grow(status)                           # loads `rehash`
-    dfa.equivalent(dfa.initial, dfa.walk(dfa.initial, b"("))
+    inner = dfa.walk(dfa.initial, b"(")
+    dfa.equivalent(dfa.initial, inner)
+    dfa.intern_frames(False, [(dfa.nfa.rule_start[0], [])])     # loads `intern_frames` (an existing state)
     trie = VocabTrie.build([b"[", b"[1", b"12]", b"]"])
     dfa.walk_tokens(trie, np.array([-1], np.int32), np.array([dfa.initial], np.int32), False)
 
@@ -385,6 +387,22 @@ class JitDFA(LazyDFA):
             state = self.next_state(state, byte) if self._table[state, 0] == UNEXPANDED \
                 else int(self._table[state, self._bc[byte]])
         return state
+
+    def intern_frames(self, accept: bool, configs: list[tuple[int, list[tuple[int, int]]]]) -> int:
+        """The DFA state of `configs` (each an NFA state and its stack's frames, bottom first, as
+        (frame, call edge kind)), accepting if `accept`; made without a closure (`constrained.twins`)."""
+        states = np.array([p for p, _ in configs], dtype=np.int64)
+        frames = [f for _, fs in configs for f in fs]
+        rets = np.array([r for r, _ in frames], dtype=np.int64)
+        ops = np.array([o for _, o in frames], dtype=np.int64)
+        ptr = np.zeros(len(configs) + 1, dtype=np.int64)
+        np.cumsum([len(fs) for _, fs in configs], out=ptr[1:])
+        out = np.empty(len(configs) + 1, dtype=np.int64)
+        while True:
+            status, sid = self._k.intern_frames(self._S, self.max_states, self._n, accept, states, rets, ops, ptr, out)
+            if status == 0:
+                return int(sid)
+            self._grow(int(status))
 
     def explore(self) -> int:
         todo = [self.initial]

@@ -44,10 +44,12 @@ Arguments are bundled in three tuples, built by `JitDFA`:
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 __all__ = ["OK", "BUILD_RULE", "GROW_STATES", "GROW_CFG", "GROW_STACKS", "GROW_CFG_HT", "GROW_STACK_HT", "BUDGET",
-           "GROW_SCRATCH", "GROW_ECLOSE", "DEAD", "UNEXPANDED", "expand_row", "expand_rows", "start_state", "rehash"]
+           "GROW_SCRATCH", "GROW_ECLOSE", "DEAD", "UNEXPANDED", "expand_row", "expand_rows", "start_state", "rehash",
+           "intern_frames"]
 
 OK = 0
 GROW_STATES = 1
@@ -74,18 +76,24 @@ _LOW_BITS = (1 << COUNT_SHIFT) - 1
 
 @njit(cache=True, nogil=True, inline="always", _nrt=False)
 def mix(h):  # pragma: no cover - compiled
-    """A 64-bit finalizer (xorshift-multiply): spreads keys over hash table slots."""
-    h ^= h >> 31
-    h *= 0x7FB5D329728EA185
-    h ^= h >> 27
-    return h
+    """A 64-bit finalizer (xorshift-multiply): spreads keys over hash table slots.
+
+    In unsigned arithmetic: numba multiplies signed ints with LLVM's `nsw` flag (overflow
+    is undefined), and a hash whose multiply overflowed was compiled to different values
+    in different kernels, so a stack interned by one was not found by another, and was
+    interned again (a duplicate stack, and a duplicate DFA state above it)."""
+    x = np.uint64(h)
+    x ^= x >> np.uint64(31)
+    x *= np.uint64(0x7FB5D329728EA185)
+    x ^= x >> np.uint64(27)
+    return np.int64(x)
 
 
 @njit(cache=True, nogil=True, inline="always", _nrt=False)
 def _hash_cfgs(buf, m):  # pragma: no cover - compiled
-    h = 0x1F3D5B79 + m
+    h = np.uint64(0x1F3D5B79 + m)
     for i in range(m):
-        h = (h ^ buf[i]) * 0x100000001B3
+        h = (h ^ np.uint64(buf[i])) * np.uint64(0x100000001B3)     # unsigned: see `mix`
     return mix(h)
 
 
@@ -98,7 +106,7 @@ def _push(stk_ret, stk_parent, stk_depth, keys, vals, counts, k, ret, op):  # pr
     fields: a frame is any int64 (an `AnyOrder`'s bit set has up to 62 bits), no key
     packs all three."""
     depth = stk_depth[k] + (op == REG)
-    key = mix(mix(ret * 4 + op) ^ k)
+    key = mix(mix(np.uint64(ret) * np.uint64(4) + np.uint64(op)) ^ k)    # unsigned: see `mix`
     mask = len(keys) - 1
     slot = mix(key) & mask
     while vals[slot] != _SLOT_EMPTY:
@@ -551,6 +559,36 @@ def start_state(N, S, W, start):  # pragma: no cover - compiled
     if results[0] == DEAD:                              # nothing can finish: the empty state
         return _intern(S0, S1, S2, S3, S4, S5, S6, S12, N[11][2], W[4][:0])
     return OK, results[0]
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def intern_frames(S, max_states, n, accept, states, rets, ops, ptr, out):  # pragma: no cover - compiled
+    """(status, id) of the DFA state whose configurations are NFA `states[i]` on the stack of frames
+    `rets[ptr[i]:ptr[i + 1]]` (bottom first, each pushed by a call edge of kind `ops[...]`), accepting
+    if `accept`; `out` is scratch of len(states) + 1 ints. A state made by moving a twin's counts
+    (`constrained.twins`), never by a closure: interning is idempotent, so a GROW status is retried."""
+    stk_ret, stk_parent, stk_depth, stk_keys, stk_vals, counts = S[7], S[8], S[9], S[10], S[11], S[12]
+    first = 0
+    if accept:
+        out[0] = -1
+        first = 1
+    m = first
+    for i in range(len(states)):
+        k = 0
+        for f in range(ptr[i], ptr[i + 1]):
+            sid = _push(stk_ret, stk_parent, stk_depth, stk_keys, stk_vals, counts, k, rets[f], ops[f])
+            if sid < 0:
+                return -sid, -1
+            k = sid
+        out[m] = k * n + states[i]
+        m += 1
+    _sort_small(out, first, m)
+    w = first
+    for i in range(first, m):                   # (drop repeats, as a closure does)
+        if i == first or out[i] != out[w - 1]:
+            out[w] = out[i]
+            w += 1
+    return _intern(S[0], S[1], S[2], S[3], S[4], S[5], S[6], counts, max_states, out[:w])
 
 
 @njit(cache=True, nogil=True, _nrt=False)

@@ -161,22 +161,22 @@ class TwinMasks(StateMasks):
     """The `StateMasks` of a state whose mask is its twin's (see `constrained.twins`).
 
     The bitmask, the allowed ids and `accepting` are the twin's, shared (never
-    copied); a token's next state is walked from this state's own DFA state,
-    byte by byte, so counts stay exact. `ids` and `next` (every allowed token's
+    copied); a token's next state is the twin's with the counts moved, exact
+    (`TokenFSM._twin_next`). `ids` and `next` (every allowed token's
     next state at once, `TokenFSM.transitions`) are computed in full on first use.
     """
 
-    __slots__ = ("_fsm", "_state", "_twin", "source")
+    __slots__ = ("_fsm", "_state", "_twin", "source", "shift")
 
     def __init__(self, twin: StateMasks, source: int, fsm: "TokenFSM", state: int) -> None:
         super().__init__(_EMPTY, _EMPTY, None, twin.accepting, twin.bitmask, allowed=twin.allowed)
         self._fsm, self._state, self._twin = fsm, state, twin
         self.source = source                      # the twin's state (see `TokenFSM.mask_key`)
+        self.shift: dict[int, int] | None | bool = False   # `CounterTwins.shift` from it, once asked
         self._sorted = False                      # `_pairs` not computed yet
 
     def lookup(self, token: int) -> int:
-        data = self._fsm.index.token_bytes[token]
-        return self._fsm.dfa.walk(self._state, data) if data else -1
+        return self._fsm._twin_next(self, token)
 
     def _sorted_pairs(self) -> tuple[np.ndarray, np.ndarray]:
         if not self._sorted:
@@ -420,6 +420,22 @@ class TokenFSM:
         if twin.allowed is None:
             twin.allowed = self._materialize(twin)
         return TwinMasks(twin, source, self, state)
+
+    def _twin_next(self, m: "TwinMasks", token: int) -> int:
+        """The state after `token` (allowed) from a twin: its twin's next state with the counts
+        moved (`CounterTwins.moved`: one new DFA state, no row computed), or, where they cannot
+        be, the token's bytes walked from the state itself."""
+        with self._lock:                          # the DFA's tables grow
+            if m.shift is False:
+                m.shift = self._twins.shift(m.source, m._state) if self._twins is not None else None
+            if m.shift is not None:
+                after = self.next_state(m.source, token)
+                if after >= 0:
+                    moved = self._twins.moved(after, m.shift)
+                    if moved is not None:
+                        return moved
+            data = self.index.token_bytes[token]
+            return self.dfa.walk(m._state, data) if data else -1
 
     def _all_pairs(self, m: StateMasks) -> tuple[np.ndarray, np.ndarray]:
         """Every allowed id of `m` (EOS aside) and its next state, ids ascending: its own

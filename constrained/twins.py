@@ -115,46 +115,120 @@ class CounterTwins:
                     todo.append(t)
         return seen, ok
 
+    def _parts(self, state: int) -> tuple[bool, list[tuple[int, list[tuple[int, int, int]]]]] | None:
+        """(accepting, configurations): each an NFA state and its frames from the top, as (frame,
+        call edge kind, loop: -1 for a call); None if a counter frame cannot be attributed."""
+        d = self.dfa
+        n = d._n
+        ret, up, depth = d._stk_ret, d._stk_parent, d._stk_depth
+        cfgs = d._cfg_data[d._cfg_ptr[state]:d._cfg_ptr[state + 1]].tolist()
+        accepting = bool(cfgs) and cfgs[0] < 0
+        parts = []
+        for c in cfgs[accepting:]:
+            k, p = divmod(c, n)
+            pos, last = p, -1
+            frames = []
+            while k > 0:
+                r = int(ret[k])
+                below = int(up[k])
+                if r >= 0:                                   # a call: its return state is where we are below it
+                    pos, last = r, -1
+                    frames.append((r, REG if depth[k] > depth[below] else FREE, -1))
+                else:
+                    loop = self.inner.get(pos, -1) if last < 0 else self.parent[last]
+                    if loop < 0 or not self.ok[loop]:
+                        return None
+                    frames.append((r, ENTER, loop))
+                    last = loop
+                k = below
+            parts.append((p, frames))
+        return accepting, parts
+
+    def _far(self, loop: int, count: int) -> bool:
+        """Whether `count` of `loop` is far from its bounds: at least one token's length above
+        its least count and the token length itself (so that, a token later, it is told from
+        a frame of the loop entered within the token), and a token's length below its most."""
+        lo, hi = self.bounds[loop]
+        return max(lo, self.longest + 1) <= count and count + self.longest < hi
+
     def key(self, state: int) -> tuple | None:
         """The class of DFA `state` (None: it holds no count far from its bounds, or
         a frame this class cannot attribute): its configurations, each as (NFA state,
         frames from the top), with the far counts replaced by `FAR`."""
         if not self.usable:
             return None
-        d = self.dfa
-        n = d._n
-        ret, up = d._stk_ret, d._stk_parent
-        cfgs = d._cfg_data[d._cfg_ptr[state]:d._cfg_ptr[state + 1]].tolist()
-        parts = []
+        got = self._parts(state)
+        if got is None:
+            return None
+        accepting, parts = got
         far = False
-        longest = self.longest
-        for c in cfgs:
-            if c < 0:
-                parts.append((-1, ()))                       # accepting
-                continue
-            k, p = divmod(c, n)
-            pos, last = p, -1
-            frames = []
-            while k > 0:
-                r = int(ret[k])
-                if r >= 0:                                   # a call: its return state is where we are below it
-                    pos, last = r, -1
-                    frames.append(r)
+        out = []
+        for p, frames in parts:
+            masked = []
+            for r, _op, loop in frames:
+                if loop >= 0 and self._far(loop, -2 - r):
+                    masked.append(FAR)
+                    far = True
                 else:
-                    loop = self.inner.get(pos, -1) if last < 0 else self.parent[last]
-                    if loop < 0 or not self.ok[loop]:
-                        return None
-                    lo, hi = self.bounds[loop]
-                    count = -2 - r
-                    if lo <= count and count + longest < hi:
-                        frames.append(FAR)
-                        far = True
-                    else:
-                        frames.append(r)
-                    last = loop
-                k = int(up[k])
-            parts.append((p, tuple(frames)))
+                    masked.append(r)
+            out.append((p, tuple(masked)))
         if not far:
             return None
-        parts.sort()
-        return tuple(parts)
+        out.sort()
+        return (accepting, tuple(out))
+
+    def shift(self, source: int, state: int) -> dict[int, int] | None:
+        """Per loop, what `state`'s counts add to those of `source`, its twin (same `key`), when
+        moving every count of those loops by it makes `source` into `state`; else None.
+
+        Every frame of a loop moved must be far in `source` (so that, a token later, its
+        frames past the token's length are the moved ones, see `moved`)."""
+        a, b = self._parts(state), self._parts(source)
+        if a is None or b is None:
+            return None
+        counts: dict[int, list[int]] = {}
+        near: set[int] = set()
+        for _p, frames in b[1]:
+            for r, _op, loop in frames:
+                if loop >= 0:
+                    if self._far(loop, -2 - r):
+                        counts.setdefault(loop, []).append(-2 - r)
+                    else:
+                        near.add(loop)
+        if near & counts.keys():
+            return None
+        mine: dict[int, int] = {}
+        for _p, frames in a[1]:
+            for r, _op, loop in frames:
+                if loop in counts:
+                    mine[loop] = min(mine.get(loop, -2 - r), -2 - r)
+        if mine.keys() != counts.keys():
+            return None
+        delta = {loop: mine[loop] - min(c) for loop, c in counts.items()}
+        if self._move(b, delta) != self._move(a, {}):
+            return None
+        return delta
+
+    def _move(self, got: tuple, delta: dict[int, int]) -> tuple:
+        """`_parts` with the counts of `delta`'s loops moved (those past a token's length), comparable."""
+        accepting, parts = got
+        longest = self.longest
+        out = []
+        for p, frames in parts:
+            moved = []
+            for r, op, loop in frames:
+                if loop in delta and -2 - r > longest:
+                    r -= delta[loop]
+                moved.append((r, op))
+            out.append((p, tuple(moved)))
+        out.sort()
+        return accepting, tuple(out)
+
+    def moved(self, state: int, delta: dict[int, int]) -> int | None:
+        """The DFA state of `state` with its counts moved by `delta` (see `shift`), interned
+        without a closure; None if a frame of `state` cannot be attributed."""
+        got = self._parts(state)
+        if got is None:
+            return None
+        accepting, parts = self._move(got, delta)
+        return self.dfa.intern_frames(accepting, [(p, list(reversed(frames))) for p, frames in parts])
