@@ -2,21 +2,34 @@
 
 A bounded repetition (`maxLength: 5000`, `{0,1000}`, `maxItems`) is a counter
 loop whose count lives on the DFA configuration's stack (see
-`constrained.dfa_kernels`), so each count is a DFA state of its own, and each
-such state used to get its own first mask: a walk of the vocabulary trie that
-also expanded the DFA rows along every token (48 new DFA states and 0.33 ms per
-token of a long `maxLength` string, with a ~26 KB mask memoized per token).
+`constrained.dfa_kernels`), so each count is a DFA state of its own. Each such
+state used to get its own first mask, a walk of the vocabulary trie that also
+expanded the DFA rows along every token, and its next states came from its own
+rows, about 9 new DFA states a byte. A long `maxLength` string took 0.33 ms and
+48 DFA states a token (Llama-3), and a ~26 KB mask memoized per token: the
+default budget of 100,000 states ran out after about 9,400 characters.
 
 Within one token a loop's count goes up by at most the token's length in
 bytes (a counter loop's item is never empty: `grammars.fragments` makes it
 non-empty), and the loop reads its count only through ``count >= lo`` and
 ``count < hi``. So two states whose configurations are equal except for
-counts ``c`` with ``lo <= c`` and ``c + L < hi`` (`L`: the vocabulary's longest
-token, in bytes) allow the same tokens: `CounterTwins.key` names that class of
-states, and `TokenFSM` computes the mask of the first state of a class and
-shares it (`TwinMasks`) with the others, which walk only the sampled token's
-bytes from their own, exact, state. Near a bound the count is kept, and the
-mask is computed as before.
+counts ``c`` with ``max(lo, L + 1) <= c`` and ``c + L < hi`` (`L`: the
+vocabulary's longest token, in bytes) behave alike for one token:
+
+- they allow the same tokens: `CounterTwins.key` names that class of states,
+  and `TokenFSM` computes the mask of the first state of a class and shares it
+  (`TwinMasks`) with the others;
+- a token leads them to states that are equal but for the same counts:
+  `CounterTwins.shift` finds what a state's counts add to its twin's, and the
+  state after a token is the twin's, walked once and memoized, with those
+  counts moved (`CounterTwins.moved`), interned as it is, without computing a
+  row. A frame the token entered afresh has a count of at most `L`, the moved
+  ones more than `L`, so they are told apart.
+
+So a long string makes one DFA state a token, and masks one vocabulary walk
+per class. Near a bound the count is kept exact and everything is computed
+as before; where a shift cannot be found (counts of one loop that moved
+unevenly), the token's bytes are walked from the state itself.
 
 Only the native DFA's (`JitDFA`) configurations are read, and only grammars whose
 frames are rule calls and counter loops: an `AnyOrder`'s set of members taken or
