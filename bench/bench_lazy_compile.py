@@ -37,6 +37,9 @@ CASES: dict[str, tuple[Callable[[Vocabulary], Any], str | None]] = {
     "minItems_1e6": (lambda v: compile_json_schema({"type": "array", "minItems": 10**6}, v), None),
     "objects_maxLength_1024_maxItems_100": (lambda v: compile_json_schema(ITEMS, v),
                                             json.dumps([{"key": f"k{i}", "type": "t" * 50} for i in range(20)])),
+    # 20,000 characters: past the default state budget before masks were shared (`constrained.twins`)
+    "maxLength_1e5_text_20000": (lambda v: compile_json_schema({"type": "string", "maxLength": 10**5}, v),
+                                 json.dumps(("Structured output, token by token. " * 600)[:20_000])),
     "regex_dot_1000": (lambda v: compile_regex(".{1000}", v), "x" * 1000),
     "regex_hex_881": (lambda v: compile_regex("[A-F0-9]{881}", v), "A0F9" * 220 + "A"),
 }
