@@ -31,10 +31,16 @@ per class. Near a bound the count is kept exact and everything is computed
 as before; where a shift cannot be found (counts of one loop that moved
 unevenly), the token's bytes are walked from the state itself.
 
+A `Counted` string (a pattern with length bounds past their product) counts its
+characters the same way, but through gates with a window of counts per target
+state (``lo <= count <= hi``) and an exit (``count >= lo``): its counts are far
+between the greatest of those least counts and the least of those most
+(`CounterTwins._counted`).
+
 Only the native DFA's (`JitDFA`) configurations are read, and only grammars whose
-frames are rule calls and counter loops: an `AnyOrder`'s set of members taken or
-a `Counted` string's count are frames too, which `key` could not tell from a
-loop's, so an NFA with any of them gets no twins (`key` returns None).
+frames are rule calls, counter loops and `Counted` strings: an `AnyOrder`'s set
+of members taken is a frame too, which `key` could not tell from a count, so an
+NFA with one gets no twins (`key` returns None).
 """
 
 from __future__ import annotations
@@ -43,11 +49,13 @@ from typing import Any
 
 import numpy as np
 
-from grammars.nfa import ENTER, FREE, HEAD, INC, REG
+from grammars.nfa import ENTER, EXIT, FREE, GATE, HEAD, INC, REG, TICK
 
 __all__ = ["CounterTwins", "FAR"]
 
 FAR = -1          # a count far from both bounds, in a `key` (a counter frame holds -2 - count)
+_KNOWN = (REG, FREE, ENTER, HEAD, INC, GATE, TICK, EXIT)   # call edges of rule calls, loops and `Counted`s
+_UNBOUNDED = 1 << 62
 
 
 class CounterTwins:
@@ -68,39 +76,79 @@ class CounterTwins:
         self.dfa = dfa
         self.longest = longest
         ops = np.asarray(a.call_op)
-        # frames this class cannot attribute (AnyOrder, Counted), or nothing to share
-        self.usable = bool(len(ops)) and bool(np.isin(ops, (REG, FREE, ENTER, HEAD, INC)).all())
-        self.bounds: list[tuple[int, int]] = []        # per loop: (lo, hi)
-        self.ok: list[bool] = []                        # per loop: its frames can be shared
-        self.inner: dict[int, int] = {}                 # NFA state -> innermost loop whose item holds it
-        self.parent: list[int] = []                     # per loop: the innermost loop around it (-1: none)
+        # frames this class cannot attribute (an AnyOrder's), or nothing to share
+        self.usable = bool(len(ops)) and bool(np.isin(ops, _KNOWN).all())
+        self.bounds: list[tuple[int, int]] = []        # per construct: (lo, hi) of its far counts
+        self.ok: list[bool] = []                        # per construct: its frames can be shared
+        self.inner: dict[int, int] = {}                 # NFA state -> innermost construct holding it
+        self.parent: list[int] = []                     # per construct: the innermost one around it (-1: none)
         if not self.usable:
             return
-        heads = np.flatnonzero(ops == HEAD)
-        wide = [j for j in heads.tolist() if a.call_hi[j] >= 0 and a.call_lo[j] + longest + 1 < a.call_hi[j]]
+        call_src = np.repeat(np.arange(len(a.call_ptr) - 1), np.diff(np.asarray(a.call_ptr)))
+        bodies = []
+        for j in np.flatnonzero(ops == HEAD).tolist():     # counter loops: the item, from the head
+            head = int(call_src[j])
+            body, ok = self._body(a, head, int(a.call_to[j]))
+            lo, hi = int(a.call_lo[j]), int(a.call_hi[j])
+            bodies.append((body, ok and hi >= 0, (lo, hi), head))
+        for j in np.flatnonzero(ops == ENTER).tolist():    # `Counted` strings: from the state entered
+            first = int(a.call_to[j])
+            if HEAD in ops[int(a.call_ptr[first]):int(a.call_ptr[first + 1])]:
+                continue                                    # a counter loop's head (above)
+            body, ok, bounds = self._counted(a, first)
+            bodies.append((body, ok, bounds, int(call_src[j])))
+        wide = [b for b in bodies if b[1] and max(b[2][0], longest + 1) + longest < b[2][1]]
         if not wide:
             self.usable = False
             return
-        src = np.searchsorted(np.asarray(a.call_ptr), heads, side="right") - 1
-        bodies = []
-        for j, head in zip(heads.tolist(), src.tolist()):
-            body, ok = self._body(a, int(head), int(a.call_to[j]))
-            self.bounds.append((int(a.call_lo[j]), int(a.call_hi[j])))
-            self.ok.append(ok and a.call_hi[j] >= 0)
-            bodies.append((len(body), len(bodies), int(head), body))
-        # innermost: the smallest item holding a state (items nest or are disjoint)
-        for size, loop, _head, body in sorted(bodies, reverse=True):
-            for s in body:
-                self.inner[s] = loop
-        self.parent = [-1] * len(bodies)
-        for size, loop, head, body in bodies:
-            outer = self.inner.get(head, -1)
-            self.parent[loop] = outer if outer != loop else -1
+        for body, ok, bounds, _anchor in bodies:
+            self.bounds.append(bounds)
+            self.ok.append(ok)
+        # innermost: the smallest body holding a state (bodies nest or are disjoint)
+        for size, c in sorted(((len(b[0]), c) for c, b in enumerate(bodies)), reverse=True):
+            for q in bodies[c][0]:
+                self.inner[q] = c
+        # the construct around one: the innermost holding the state it is entered from
+        parent = [self.inner.get(anchor, -1) for *_, anchor in bodies]
+        self.parent = [-1 if p == c else p for c, p in enumerate(parent)]
+
+    @staticmethod
+    def _counted(a: Any, first: int) -> tuple[set[int], bool, tuple[int, int]]:
+        """The NFA states of a `Counted` string entered at `first` (its automaton's states and
+        gates), whether only its own edges are met, and the counts at which every gate, tick
+        and exit of it lets a configuration through: (the greatest least, the least most)."""
+        edge_ptr, edge_dst = a.edge_ptr, a.edge_dst
+        call_ptr, call_op, call_to, call_lo, call_hi = a.call_ptr, a.call_op, a.call_to, a.call_lo, a.call_hi
+        seen = {first}
+        todo = [first]
+        ok = True
+        lo, hi = 0, _UNBOUNDED
+        while todo:
+            s = todo.pop()
+            nxt = edge_dst[edge_ptr[s]:edge_ptr[s + 1]].tolist()
+            if a.eps_ptr[s + 1] > a.eps_ptr[s]:
+                ok = False
+            for j in range(int(call_ptr[s]), int(call_ptr[s + 1])):
+                op = int(call_op[j])
+                if op in (GATE, TICK, EXIT):
+                    lo = max(lo, int(call_lo[j]))
+                    if op != EXIT:
+                        if call_hi[j] >= 0:
+                            hi = min(hi, int(call_hi[j]))
+                        nxt.append(int(call_to[j]))
+                else:
+                    ok = False
+            for t in nxt:
+                if t not in seen:
+                    seen.add(t)
+                    todo.append(t)
+        return seen, ok, (lo, hi)
 
     @staticmethod
     def _body(a: Any, head: int, start: int) -> tuple[set[int], bool]:
         """The NFA states of a loop's item, from its first state to the INC back to `head`
-        (through nested loops, over calls); and whether only rule calls and loops are met."""
+        (through nested loops and `Counted` strings, over calls); and whether only rule
+        calls, loops and `Counted`s are met."""
         eps_ptr, eps_dst, edge_ptr, edge_dst = a.eps_ptr, a.eps_dst, a.edge_ptr, a.edge_dst
         call_ptr, call_op, call_dst, call_to = a.call_ptr, a.call_op, a.call_dst, a.call_to
         seen = {start}
@@ -118,6 +166,8 @@ class CounterTwins:
                 elif op == INC:
                     if int(call_dst[j]) != head:
                         nxt.append(int(call_dst[j]))
+                elif op in (GATE, TICK, EXIT):              # inside a `Counted` in the item
+                    nxt.append(int(call_to[j]))
                 else:
                     ok = False
             for t in nxt:
