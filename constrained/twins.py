@@ -13,8 +13,11 @@ Within one token a loop's count goes up by at most the token's length in
 bytes (a counter loop's item is never empty: `grammars.fragments` makes it
 non-empty), and the loop reads its count only through ``count >= lo`` and
 ``count < hi``. So two states whose configurations are equal except for
-counts ``c`` with ``max(lo, L + 1) <= c`` and ``c + L < hi`` (`L`: the
-vocabulary's longest token, in bytes) behave alike for one token:
+counts with no threshold (`lo`, `hi`) between one below them and `L + 1`
+above them, the same number of thresholds below each, and above `L` (`L`: the
+vocabulary's longest token, in bytes), behave alike for one token: for
+``minLength: 5000, maxLength: 100000``, the counts from 130 to 4,870 are one
+class, and from 5,002 to 99,870 another.
 
 - they allow the same tokens: `CounterTwins.key` names that class of states,
   and `TokenFSM` computes the mask of the first state of a class and shares it
@@ -45,6 +48,7 @@ NFA with one gets no twins (`key` returns None).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Any
 
 import numpy as np
@@ -53,9 +57,10 @@ from grammars.nfa import ENTER, EXIT, FREE, GATE, HEAD, INC, REG, TICK
 
 __all__ = ["CounterTwins", "FAR"]
 
-FAR = -1          # a count far from both bounds, in a `key` (a counter frame holds -2 - count)
+# a far count in a `key`: FAR + the number of its construct's thresholds below it (a counter
+# frame holds -2 - count, a call frame its return state, an NFA state: both far under FAR)
+FAR = 1 << 40
 _KNOWN = (REG, FREE, ENTER, HEAD, INC, GATE, TICK, EXIT)   # call edges of rule calls, loops and `Counted`s
-_UNBOUNDED = 1 << 62
 
 
 class CounterTwins:
@@ -78,7 +83,7 @@ class CounterTwins:
         ops = np.asarray(a.call_op)
         # frames this class cannot attribute (an AnyOrder's), or nothing to share
         self.usable = bool(len(ops)) and bool(np.isin(ops, _KNOWN).all())
-        self.bounds: list[tuple[int, int]] = []        # per construct: (lo, hi) of its far counts
+        self.thresholds: list[list[int]] = []           # per construct: counts where a test it makes flips
         self.ok: list[bool] = []                        # per construct: its frames can be shared
         self.inner: dict[int, int] = {}                 # NFA state -> innermost construct holding it
         self.parent: list[int] = []                     # per construct: the innermost one around it (-1: none)
@@ -89,21 +94,20 @@ class CounterTwins:
         for j in np.flatnonzero(ops == HEAD).tolist():     # counter loops: the item, from the head
             head = int(call_src[j])
             body, ok = self._body(a, head, int(a.call_to[j]))
-            lo, hi = int(a.call_lo[j]), int(a.call_hi[j])
-            bodies.append((body, ok and hi >= 0, (lo, hi), head))
+            lo, hi = int(a.call_lo[j]), int(a.call_hi[j])   # HEAD: once more if count < hi, out if >= lo
+            bodies.append((body, ok and hi >= 0, [lo, hi], head))
         for j in np.flatnonzero(ops == ENTER).tolist():    # `Counted` strings: from the state entered
             first = int(a.call_to[j])
             if HEAD in ops[int(a.call_ptr[first]):int(a.call_ptr[first + 1])]:
                 continue                                    # a counter loop's head (above)
-            body, ok, bounds = self._counted(a, first)
-            bodies.append((body, ok, bounds, int(call_src[j])))
-        wide = [b for b in bodies if b[1] and max(b[2][0], longest + 1) + longest < b[2][1]]
-        if not wide:
+            body, ok, flips = self._counted(a, first)
+            bodies.append((body, ok, flips, int(call_src[j])))
+        for body, ok, flips, _anchor in bodies:
+            self.thresholds.append(sorted(set(flips)))
+            self.ok.append(ok)
+        if not any(ok and self._has_far(t) for t, ok in zip(self.thresholds, self.ok)):
             self.usable = False
             return
-        for body, ok, bounds, _anchor in bodies:
-            self.bounds.append(bounds)
-            self.ok.append(ok)
         # innermost: the smallest body holding a state (bodies nest or are disjoint)
         for size, c in sorted(((len(b[0]), c) for c, b in enumerate(bodies)), reverse=True):
             for q in bodies[c][0]:
@@ -112,17 +116,22 @@ class CounterTwins:
         parent = [self.inner.get(anchor, -1) for *_, anchor in bodies]
         self.parent = [-1 if p == c else p for c, p in enumerate(parent)]
 
+    def _has_far(self, thresholds: list[int]) -> bool:
+        """Whether some counts are far (`_far`) from all of `thresholds`."""
+        pts = sorted({self.longest, *(t for t in thresholds if t > self.longest)})
+        return any(b - a >= self.longest + 4 for a, b in zip(pts, pts[1:]))   # (above the last: not reached)
+
     @staticmethod
-    def _counted(a: Any, first: int) -> tuple[set[int], bool, tuple[int, int]]:
+    def _counted(a: Any, first: int) -> tuple[set[int], bool, list[int]]:
         """The NFA states of a `Counted` string entered at `first` (its automaton's states and
-        gates), whether only its own edges are met, and the counts at which every gate, tick
-        and exit of it lets a configuration through: (the greatest least, the least most)."""
+        gates), whether only its own edges are met, and the counts where a test of its gates
+        (``lo <= count <= hi``), ticks (``lo <= count + 1 <= hi``) or exits (``count >= lo``) flips."""
         edge_ptr, edge_dst = a.edge_ptr, a.edge_dst
         call_ptr, call_op, call_to, call_lo, call_hi = a.call_ptr, a.call_op, a.call_to, a.call_lo, a.call_hi
         seen = {first}
         todo = [first]
         ok = True
-        lo, hi = 0, _UNBOUNDED
+        flips: list[int] = []
         while todo:
             s = todo.pop()
             nxt = edge_dst[edge_ptr[s]:edge_ptr[s + 1]].tolist()
@@ -131,10 +140,11 @@ class CounterTwins:
             for j in range(int(call_ptr[s]), int(call_ptr[s + 1])):
                 op = int(call_op[j])
                 if op in (GATE, TICK, EXIT):
-                    lo = max(lo, int(call_lo[j]))
+                    lo, hi = int(call_lo[j]), int(call_hi[j])
+                    flips += [lo - 1, lo] if op == TICK else [lo]
                     if op != EXIT:
-                        if call_hi[j] >= 0:
-                            hi = min(hi, int(call_hi[j]))
+                        if hi >= 0:
+                            flips += [hi, hi + 1]
                         nxt.append(int(call_to[j]))
                 else:
                     ok = False
@@ -142,7 +152,7 @@ class CounterTwins:
                 if t not in seen:
                     seen.add(t)
                     todo.append(t)
-        return seen, ok, (lo, hi)
+        return seen, ok, flips
 
     @staticmethod
     def _body(a: Any, head: int, start: int) -> tuple[set[int], bool]:
@@ -207,12 +217,19 @@ class CounterTwins:
             parts.append((p, frames))
         return accepting, parts
 
-    def _far(self, loop: int, count: int) -> bool:
-        """Whether `count` of `loop` is far from its bounds: at least one token's length above
-        its least count and the token length itself (so that, a token later, it is told from
-        a frame of the loop entered within the token), and a token's length below its most."""
-        lo, hi = self.bounds[loop]
-        return max(lo, self.longest + 1) <= count and count + self.longest < hi
+    def _far(self, construct: int, count: int) -> int:
+        """The region of `count` (how many of its construct's thresholds lie below it) if it is far
+        from all of them, else -1. Far: no threshold between one below it and a token's length
+        (in bytes) and one above it, so that every test the construct makes on it comes out the
+        same for the next token; and above a token's length, so that a token later it is told
+        from a frame of the construct entered within the token (`moved`)."""
+        if count <= self.longest + 1:
+            return -1
+        t = self.thresholds[construct]
+        i = bisect_left(t, count - 1)
+        if i < len(t) and t[i] <= count + self.longest + 1:
+            return -1
+        return i
 
     def key(self, state: int) -> tuple | None:
         """The class of DFA `state` (None: it holds no count far from its bounds, or
@@ -229,8 +246,9 @@ class CounterTwins:
         for p, frames in parts:
             masked = []
             for r, _op, loop in frames:
-                if loop >= 0 and self._far(loop, -2 - r):
-                    masked.append(FAR)
+                region = self._far(loop, -2 - r) if loop >= 0 else -1
+                if region >= 0:
+                    masked.append(FAR + region)
                     far = True
                 else:
                     masked.append(r)
@@ -254,7 +272,7 @@ class CounterTwins:
         for _p, frames in b[1]:
             for r, _op, loop in frames:
                 if loop >= 0:
-                    if self._far(loop, -2 - r):
+                    if self._far(loop, -2 - r) >= 0:
                         counts.setdefault(loop, []).append(-2 - r)
                     else:
                         near.add(loop)
