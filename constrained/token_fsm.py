@@ -533,7 +533,15 @@ class TokenFSM:
         return bytes(out)
 
     def _forced(self, state: int) -> tuple[int, ...]:
-        data = self._forced_bytes(state)
+        m = self._memo.get(state)
+        if type(m) is TwinMasks:
+            # its twin's forced bytes, when they are no longer than a token: the two states
+            # read alike for that long (`constrained.twins`), and this one's row stays unmade
+            data = self._forced_bytes(m.source)
+            if len(data) > self.index.longest_token:
+                data = self._forced_bytes(state)
+        else:
+            data = self._forced_bytes(state)
         tokens: list[int] = []
         while data:
             # every prefix of forced bytes is readable, so the longest token that spells one is allowed

@@ -98,6 +98,7 @@ def _compare_walks(fsm: TokenFSM, ref: TokenFSM, vocab, seeds: int = 3, steps: i
             assert fsm.is_accepting(s) == ref.is_accepting(r)
             assert _configurations(fsm, s) == _configurations(ref, r)     # the counts are exact
             shared += isinstance(fsm.masks(s), TwinMasks)
+            assert fsm.forced_tokens(s) == ref.forced_tokens(r)
             tok = _pick(rng, fsm, s, vocab)
             s, r = fsm.next_state(s, tok), ref.next_state(r, tok)
             assert (s >= 0) == (r >= 0) and (s == FINISHED) == (r == FINISHED)
@@ -226,3 +227,19 @@ def test_a_long_text_stays_well_within_the_state_budget():
     assert fsm.is_accepting(g.state)
     assert fsm.dfa.num_states < 15_000
     jsonschema.validate(json.loads(bpe.decode(ids)), schema)
+
+
+def test_forced_tokens_of_a_twin_are_its_own(vocab):
+    """Inside `(abcdefgh){0,3000}` each letter forces the next ones up to `h`; a twin's forced
+    tokens come from its twin's forced bytes (no row of its own is made)."""
+    fsm, ref = _pair("regex", "(abcdefgh){0,3000}(xyz){2}", vocab)
+    s, r = fsm.initial, ref.initial
+    shared = 0
+    for piece in [b"ab", b"cd", b"ef", b"gh"] * 100 + [b"a"]:
+        tok = vocab.token_bytes.index(piece)
+        s, r = fsm.next_state(s, tok), ref.next_state(r, tok)
+        assert fsm.forced_tokens(s) == ref.forced_tokens(r)
+        assert np.array_equal(fsm.bitmask(s), ref.bitmask(r))
+        shared += isinstance(fsm.masks(s), TwinMasks)
+    assert shared > 250                            # (counts up to 28 are not far: llama-spm)
+    assert vocab.decode(fsm.forced_tokens(s)) == b"bcdefgh"
