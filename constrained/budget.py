@@ -61,6 +61,8 @@ FIT_WINDOW = 64
 # DFA states a breadth-first search for the shortest completion may meet; past it, a
 # depth-first one (closing bytes first) finds a short one within MAX_SEARCH states.
 BREADTH = 10_000
+# States a search from the first state of a class of twins (`constrained.twins`) may make.
+TWIN_SEARCH = 2_048
 MAX_SEARCH = 20_000
 # Representative bytes of a byte class, most preferred first: what fills strings when steered.
 _PREFERRED = b"abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -105,6 +107,7 @@ class Completions:
         self._table, self._longest = _token_table(fsm.vocab)
         self._eos = np.asarray(sorted(fsm.vocab.eos_token_ids), dtype=np.int32)
         self._shortest: dict[int, bytes | None] = {}
+        self._short: dict[int, tuple[bytes | None, bool]] = {}   # per twin class's first state (`_twin`)
         self._exact: set[int] = set()          # states whose `shortest` is the shortest in bytes
         self._needed: dict[int, int | None] = {}
         self._after_memo: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -129,6 +132,8 @@ class Completions:
         none was found within `MAX_SEARCH` states."""
         known = self._shortest
         if state in known:
+            return known[state]
+        if self._twin(state):
             return known[state]
         # searching creates DFA states: a quarter of the constraint's state budget left, at most
         dfa = self.fsm.dfa
@@ -156,6 +161,45 @@ class Completions:
             self._exact.add(state)
         return known[state]
 
+    def _twin(self, state: int) -> bool:
+        """Whether `shortest(state)` is known from its class (`constrained.twins`): for a state
+        with counts far from their bounds, a completion of at most a token's length found from
+        the first state of its class by a search of at most `TWIN_SEARCH` states (the states of a
+        class read alike for that long). Otherwise the state is searched from itself."""
+        from constrained.token_fsm import TwinMasks
+
+        fsm = self.fsm
+        if state < 0 or fsm._twins is None:
+            return False
+        m = fsm.masks(state)
+        if type(m) is TwinMasks:
+            source = m.source
+        elif fsm._twins.usable and fsm._twins.key(state) is not None:
+            source = state
+        else:
+            return False
+        if source not in self._short:
+            w = None
+            with fsm._lock:
+                try:
+                    found = self._breadth_first(source, TWIN_SEARCH)
+                except StateBudgetError:
+                    found = None
+            if found is not None:
+                path, out = found
+                end = path[-1]
+                w = bytes(out) + (b"" if fsm.dfa.is_accepting(end) else self._shortest[end])
+                if len(w) > fsm.index.longest_token:
+                    w = None
+            self._short[source] = (w, found is not None and fsm.dfa.is_accepting(found[0][-1]))
+        w, exact = self._short[source]
+        if w is None:
+            return False                         # longer than a token: searched from the state itself
+        self._shortest[state] = w
+        if exact:
+            self._exact.add(state)
+        return True
+
     def _done(self, q: int, start: int) -> bool:
         return self.fsm.dfa.is_accepting(q) or (q != start and self._shortest.get(q) is not None)
 
@@ -165,7 +209,8 @@ class Completions:
         dfa = self.fsm.dfa
         parent: dict[int, tuple[int, int]] = {state: (-1, -1)}
         level = [state]
-        while level and len(parent) <= limit:
+        made = dfa.num_states + limit           # each row made adds its targets: bound those too
+        while level and len(parent) <= limit and dfa.num_states <= made:
             for q in level:
                 if self._done(q, state):
                     path, out = [q], bytearray()
@@ -176,6 +221,8 @@ class Completions:
                     return path[::-1], bytes(out[::-1])
             nxt = []
             for q in level:
+                if dfa.num_states > made:
+                    return None
                 row = dfa.row(q)
                 for c, b in self._search_order():
                     t = row[c]
@@ -191,7 +238,8 @@ class Completions:
         dfa = self.fsm.dfa
         seen = {state}
         path, out, todo = [state], bytearray(), [iter(self._search_order())]
-        while path and len(seen) <= limit:
+        made = dfa.num_states + limit           # each row made adds its targets: bound those too
+        while path and len(seen) <= limit and dfa.num_states <= made:
             q = path[-1]
             if self._done(q, state):
                 return path, bytes(out)
