@@ -162,27 +162,27 @@ class TwinMasks(StateMasks):
 
     The bitmask, the allowed ids and `accepting` are the twin's, shared (never
     copied); a token's next state is the twin's with the counts moved, exact
-    (`TokenFSM._twin_next`). `ids` and `next` (every allowed token's
-    next state at once, `TokenFSM.transitions`) are computed in full on first use.
+    (`TokenFSM._twin_next`). Every allowed token's next state at once
+    (`TokenFSM.transitions`) is computed from the state itself. It holds no
+    reference to its `TokenFSM` (it is untracked by the cyclic GC, which would
+    then never free the FSM): the FSM asks it.
     """
 
-    __slots__ = ("_fsm", "_state", "_twin", "source", "shift")
+    __slots__ = ("state", "_twin", "source", "shift")
 
-    def __init__(self, twin: StateMasks, source: int, fsm: "TokenFSM", state: int) -> None:
+    def __init__(self, twin: StateMasks, source: int, state: int) -> None:
         super().__init__(_EMPTY, _EMPTY, None, twin.accepting, twin.bitmask, allowed=twin.allowed)
-        self._fsm, self._state, self._twin = fsm, state, twin
+        self.state, self._twin = state, twin
         self.source = source                      # the twin's state (see `TokenFSM.mask_key`)
-        self.shift: dict[int, int] | None | bool = False   # `CounterTwins.shift` from it, once asked
-        self._sorted = False                      # `_pairs` not computed yet
+        # (the `CounterTwins` it was found with, `CounterTwins.shift` from the twin), once asked
+        self.shift: tuple | bool = False
+        self._sorted = False                      # `_pairs`: not computed yet (`TokenFSM._all_pairs`)
 
     def lookup(self, token: int) -> int:
-        return self._fsm._twin_next(self, token)
+        raise TypeError("a TwinMasks' next states come from its TokenFSM (`_twin_next`)")
 
     def _sorted_pairs(self) -> tuple[np.ndarray, np.ndarray]:
-        if not self._sorted:
-            self._pairs = self._fsm._all_pairs(self._fsm._compute(self._state))
-            self._sorted = True
-        return self._pairs
+        raise TypeError("a TwinMasks' transitions come from its TokenFSM (`_all_pairs`)")
 
     @property
     def can_continue(self) -> bool:
@@ -235,6 +235,7 @@ class TokenFSM:
         # counter loops whose far counts share masks (`constrained.twins`); None: not built yet
         self._twins: CounterTwins | None = None
         self._twin_of: dict[tuple, tuple[int, StateMasks]] = {}   # a class of states -> its first, and its masks
+        self._far_checked, self._far_seen = 0, False   # see `_counts_far`
         self._finished = StateMasks(_EMPTY, _EMPTY, None, True, self.index.eos_bitmask,
                                     allowed=self.index.eos_ids, forced=())
         self._check_initial()
@@ -304,6 +305,8 @@ class TokenFSM:
             return FINISHED
         if m.view is not None and m.view.allows(token_id):
             return m.view.next_state(token_id)
+        if type(m) is TwinMasks:
+            return self._twin_next(m, token_id)
         return m.lookup(token_id)
 
     def is_accepting(self, state: int) -> bool:
@@ -402,11 +405,9 @@ class TokenFSM:
         """`_compute(state)`, or the masks of an earlier state of its class (`constrained.twins`)."""
         twins = self._twins
         dfa = self.dfa
-        if not self.share_counts or state < 0 or dfa.num_states < _TWIN_MIN_STATES:
+        if not self.share_counts or state < 0 or dfa.num_states < _TWIN_MIN_STATES or not self._counts_far(dfa):
             return self._compute(state)         # (a schema's first masks pay nothing for this)
         if twins is None or twins.num_states != dfa.nfa.num_states:   # (a lazy rule was built since)
-            if not hasattr(dfa, "_stk_ret"):
-                return self._compute(state)
             twins = self._twins = CounterTwins(dfa, self.index.longest_token)
         key = twins.key(state) if twins.usable else None
         if key is None:
@@ -419,27 +420,50 @@ class TokenFSM:
         source, twin = hit
         if twin.allowed is None:
             twin.allowed = self._materialize(twin)
-        return TwinMasks(twin, source, self, state)
+        return TwinMasks(twin, source, state)
 
     def _twin_next(self, m: "TwinMasks", token: int) -> int:
         """The state after `token` (allowed) from a twin: its twin's next state with the counts
         moved (`CounterTwins.moved`: one new DFA state, no row computed), or, where they cannot
         be, the token's bytes walked from the state itself."""
         with self._lock:                          # the DFA's tables grow
-            if m.shift is False:
-                m.shift = self._twins.shift(m.source, m._state) if self._twins is not None else None
-            if m.shift is not None:
+            twins = self._twins
+            if m.shift is False or m.shift[0] is not twins:   # (rebuilt: a lazy rule grew the NFA)
+                m.shift = (twins, twins.shift(m.source, m.state) if twins is not None else None)
+            delta = m.shift[1]
+            if delta is not None:
                 after = self.next_state(m.source, token)
-                if after >= 0:
-                    moved = self._twins.moved(after, m.shift)
+                if after >= 0 and self._twins is twins:
+                    moved = twins.moved(after, delta)
                     if moved is not None:
                         return moved
             data = self.index.token_bytes[token]
-            return self.dfa.walk(m._state, data) if data else -1
+            return self.dfa.walk(m.state, data) if data else -1
+
+    def _counts_far(self, dfa) -> bool:
+        """Whether a frame of the DFA's stacks holds a count past a token's length, which twins
+        need (`constrained.twins`); checked on the stacks made since the last call, until one
+        does. Schemas whose counts stay small (a number's digits, most strings) build nothing."""
+        if self._far_seen:
+            return True
+        ret = getattr(dfa, "_stk_ret", None)
+        if ret is None:
+            return False
+        n = int(dfa._counts[2])
+        if n > self._far_checked:
+            # a counter frame holds -2 - count (an `AnyOrder`'s, -2 - its set: counted as far)
+            self._far_seen = bool((ret[self._far_checked:n] < -3 - self.index.longest_token).any())
+            self._far_checked = n
+        return self._far_seen
 
     def _all_pairs(self, m: StateMasks) -> tuple[np.ndarray, np.ndarray]:
         """Every allowed id of `m` (EOS aside) and its next state, ids ascending: its own
-        pairs and its slice view's tokens."""
+        pairs and its slice view's tokens (a twin's: computed from its state)."""
+        if type(m) is TwinMasks:
+            if not m._sorted:
+                m._pairs = self._all_pairs(self._compute(m.state))
+                m._sorted = True
+            return m._pairs
         ids, nxt = m.ids, m.next
         if m.view is not None:
             view, sl = m.view, m.view.slice

@@ -40,10 +40,14 @@ state (``lo <= count <= hi``) and an exit (``count >= lo``): its counts are far
 between the greatest of those least counts and the least of those most
 (`CounterTwins._counted`).
 
-Only the native DFA's (`JitDFA`) configurations are read, and only grammars whose
-frames are rule calls, counter loops and `Counted` strings: an `AnyOrder`'s set
-of members taken is a frame too, which `key` could not tell from a count, so an
-NFA with one gets no twins (`key` returns None).
+An `AnyOrder`'s frame (the set of members taken, `any_order=True`) is told
+from a count by the construct it belongs to, and kept as it is.
+
+Each frame is attributed to its construct by where the configuration is: the
+innermost construct holding its NFA state (or a call's return state, for the
+frames below a call), then, frame by frame, the construct around that one.
+A lazy rule spliced in (SPLICE: no frame) belongs to the construct around its
+call. Only the native DFA's (`JitDFA`) configurations are read.
 """
 
 from __future__ import annotations
@@ -53,14 +57,16 @@ from typing import Any
 
 import numpy as np
 
-from grammars.nfa import ENTER, EXIT, FREE, GATE, HEAD, INC, REG, TICK
+from grammars.nfa import CHECK, CLEAR, COUNT, ENTER, EXIT, FREE, GATE, HEAD, INC, LEAVE, PICK, REG, SPLICE, TICK
 
 __all__ = ["CounterTwins", "FAR"]
 
 # a far count in a `key`: FAR + the number of its construct's thresholds below it (a counter
 # frame holds -2 - count, a call frame its return state, an NFA state: both far under FAR)
 FAR = 1 << 40
-_KNOWN = (REG, FREE, ENTER, HEAD, INC, GATE, TICK, EXIT)   # call edges of rule calls, loops and `Counted`s
+# call edges of rule calls, lazy rules spliced in, counter loops, `Counted` strings and `AnyOrder`s
+_KNOWN = (REG, FREE, SPLICE, ENTER, HEAD, INC, GATE, TICK, EXIT, PICK, CHECK, LEAVE, COUNT, CLEAR)
+_SET_OPS = (PICK, CHECK, COUNT, CLEAR)         # an `AnyOrder`'s tests and updates of its frame
 
 
 class CounterTwins:
@@ -81,33 +87,50 @@ class CounterTwins:
         self.dfa = dfa
         self.longest = longest
         ops = np.asarray(a.call_op)
-        # frames this class cannot attribute (an AnyOrder's), or nothing to share
+        # frames this class cannot attribute (an edge it does not know), or nothing to share
         self.usable = bool(len(ops)) and bool(np.isin(ops, _KNOWN).all())
-        self.thresholds: list[list[int]] = []           # per construct: counts where a test it makes flips
+        # per construct: counts where a test it makes flips (None: an `AnyOrder`, whose frame is a set)
+        self.thresholds: list[list[int] | None] = []
         self.ok: list[bool] = []                        # per construct: its frames can be shared
         self.inner: dict[int, int] = {}                 # NFA state -> innermost construct holding it
         self.parent: list[int] = []                     # per construct: the innermost one around it (-1: none)
         if not self.usable:
             return
         call_src = np.repeat(np.arange(len(a.call_ptr) - 1), np.diff(np.asarray(a.call_ptr)))
-        bodies = []
+        # the constructs, their thresholds first: where no count can be far (most schemas'
+        # bounds are within two tokens' length), nothing more is made
+        found = []                                          # (kind, entry, thresholds, anchor)
         for j in np.flatnonzero(ops == HEAD).tolist():     # counter loops: the item, from the head
-            head = int(call_src[j])
-            body, ok = self._body(a, head, int(a.call_to[j]))
             lo, hi = int(a.call_lo[j]), int(a.call_hi[j])   # HEAD: once more if count < hi, out if >= lo
-            bodies.append((body, ok and hi >= 0, [lo, hi], head))
-        for j in np.flatnonzero(ops == ENTER).tolist():    # `Counted` strings: from the state entered
+            found.append(("loop", int(a.call_to[j]), [lo, hi] if hi >= 0 else None, int(call_src[j])))
+        for j in np.flatnonzero(ops == ENTER).tolist():    # `Counted` strings and `AnyOrder`s: from the state entered
             first = int(a.call_to[j])
             if HEAD in ops[int(a.call_ptr[first]):int(a.call_ptr[first + 1])]:
                 continue                                    # a counter loop's head (above)
-            body, ok, flips = self._counted(a, first)
-            bodies.append((body, ok, flips, int(call_src[j])))
-        for body, ok, flips, _anchor in bodies:
-            self.thresholds.append(sorted(set(flips)))
-            self.ok.append(ok)
-        if not any(ok and self._has_far(t) for t, ok in zip(self.thresholds, self.ok)):
+            if a.eps_ptr[first + 1] > a.eps_ptr[first]:     # an `AnyOrder`'s entry (a `Counted`'s has bytes only)
+                found.append(("set", first, None, int(call_src[j])))
+            else:
+                found.append(("counted", first, self._counted(a, first), int(call_src[j])))
+        if not any(t is not None and self._has_far(t if kind == "loop" else t[2])
+                   for kind, _, t, _ in found if kind != "set"):
             self.usable = False
             return
+        bodies = []
+        for kind, entry, t, anchor in found:
+            if kind == "loop":
+                body, ok = self._body(a, entry, anchor, -1)
+                bodies.append((body, ok, t, anchor))     # (unbounded: its count stops at lo, kept as it is)
+            elif kind == "set":
+                # its states x, hub, after, t are made in a row (`FragmentBuilder._build_any_order`):
+                # its own LEAVE edges go to x + 3, a nested one's elsewhere
+                body, ok = self._body(a, entry, -1, entry + 3)
+                bodies.append((body, ok, None, anchor))
+            else:
+                body, ok, flips = t
+                bodies.append((body, ok, flips, anchor))
+        for body, ok, flips, _anchor in bodies:
+            self.thresholds.append(None if flips is None else sorted(set(flips)))
+            self.ok.append(ok)
         # innermost: the smallest body holding a state (bodies nest or are disjoint)
         for size, c in sorted(((len(b[0]), c) for c, b in enumerate(bodies)), reverse=True):
             for q in bodies[c][0]:
@@ -155,29 +178,35 @@ class CounterTwins:
         return seen, ok, flips
 
     @staticmethod
-    def _body(a: Any, head: int, start: int) -> tuple[set[int], bool]:
-        """The NFA states of a loop's item, from its first state to the INC back to `head`
-        (through nested loops and `Counted` strings, over calls); and whether only rule
-        calls, loops and `Counted`s are met."""
+    def _body(a: Any, start: int, head: int, leave_to: int) -> tuple[set[int], bool]:
+        """The NFA states of a construct from `start`, over calls and through the constructs
+        nested in it: a counter loop's item, up to the INC back to its `head`; an `AnyOrder`'s
+        members and tests, up to its LEAVE edges to `leave_to`. And whether only the kinds of
+        edges `key` knows are met (and, for an `AnyOrder`, its own LEAVE)."""
         eps_ptr, eps_dst, edge_ptr, edge_dst = a.eps_ptr, a.eps_dst, a.edge_ptr, a.edge_dst
         call_ptr, call_op, call_dst, call_to = a.call_ptr, a.call_op, a.call_dst, a.call_to
         seen = {start}
         todo = [start]
         ok = True
+        left = leave_to < 0
         while todo:
             s = todo.pop()
             nxt = eps_dst[eps_ptr[s]:eps_ptr[s + 1]].tolist() + edge_dst[edge_ptr[s]:edge_ptr[s + 1]].tolist()
             for j in range(int(call_ptr[s]), int(call_ptr[s + 1])):
                 op = int(call_op[j])
                 if op in (REG, FREE, ENTER):
-                    nxt.append(int(call_dst[j]))            # a call's return, a nested loop's head
+                    nxt.append(int(call_dst[j]))            # a call's return, a nested construct's entry
                 elif op == HEAD:
                     nxt += [int(call_to[j]), int(call_dst[j])]
                 elif op == INC:
                     if int(call_dst[j]) != head:
                         nxt.append(int(call_dst[j]))
-                elif op in (GATE, TICK, EXIT):              # inside a `Counted` in the item
-                    nxt.append(int(call_to[j]))
+                elif op == SPLICE:
+                    nxt.append(int(call_to[j]))             # a lazy rule's body, in place (no frame)
+                elif op == LEAVE and int(call_to[j]) == leave_to:
+                    left = True                             # its own way out
+                elif op in (GATE, TICK, EXIT, LEAVE) or op in _SET_OPS:
+                    nxt.append(int(call_to[j]))             # inside a nested `Counted` or `AnyOrder`
                 else:
                     ok = False
             for t in nxt:
@@ -186,7 +215,7 @@ class CounterTwins:
                 elif t not in seen:
                     seen.add(t)
                     todo.append(t)
-        return seen, ok
+        return seen, ok and left
 
     def _parts(self, state: int) -> tuple[bool, list[tuple[int, list[tuple[int, int, int]]]]] | None:
         """(accepting, configurations): each an NFA state and its frames from the top, as (frame,
@@ -223,9 +252,9 @@ class CounterTwins:
         (in bytes) and one above it, so that every test the construct makes on it comes out the
         same for the next token; and above a token's length, so that a token later it is told
         from a frame of the construct entered within the token (`moved`)."""
-        if count <= self.longest + 1:
-            return -1
         t = self.thresholds[construct]
+        if t is None or count <= self.longest + 1:
+            return -1                                       # (an `AnyOrder`'s set is kept as it is)
         i = bisect_left(t, count - 1)
         if i < len(t) and t[i] <= count + self.longest + 1:
             return -1
