@@ -156,7 +156,6 @@ def _sort_pairs(ids: np.ndarray, nxt: np.ndarray) -> tuple[np.ndarray, np.ndarra
 _Guide = None                                 # `constrained.guide.Guide`, imported on first use
 
 
-
 class TwinMasks(StateMasks):
     """The `StateMasks` of a state whose mask is its twin's (see `constrained.twins`).
 

@@ -36,9 +36,12 @@ unevenly), the token's bytes are walked from the state itself.
 
 A `Counted` string (a pattern with length bounds past their product) counts its
 characters the same way, but through gates with a window of counts per target
-state (``lo <= count <= hi``) and an exit (``count >= lo``): its counts are far
-between the greatest of those least counts and the least of those most
-(`CounterTwins._counted`).
+state (``lo <= count <= hi``) and an exit (``count >= lo``): every window's ends
+are thresholds of its own, like a loop's bounds (`CounterTwins._counted`).
+
+`TokenFSM` builds a `CounterTwins` only once its DFA has 2,048 states and a
+stack holds a count past a token's length: most schemas' counts stay small (a
+number's digits, short strings), and their masks pay nothing for this.
 
 An `AnyOrder`'s frame (the set of members taken, `any_order=True`) is told
 from a count by the construct it belongs to, and kept as it is.
