@@ -206,7 +206,7 @@ class JitDFA(LazyDFA):
         self._stk_vals = _filled(4 * stacks, -1, np.int32)
         self._ecl_off = _filled(self.nfa.num_states, -1, np.int64)
         self._ecl_data = np.empty(4096, dtype=np.int64)
-        self._counts = np.array([0, 0, 1, 0, 0, 0], dtype=np.int64)   # stack 0 is the empty stack
+        self._counts = np.array([0, 0, 1, 0, 0, 0, 0], dtype=np.int64)   # stack 0 is the empty stack
         self._alloc_scratch(256)
         self._pack()
 

@@ -32,8 +32,10 @@ Arguments are bundled in three tuples, built by `JitDFA`:
   num_classes); call edges are as in `grammars.nfa.NFAArrays`;
 - ``S`` (the DFA, grown by the caller): table, accepting, cfg_ptr, cfg_data,
   cfg_keys, cfg_vals, next_same, stk_ret, stk_parent, stk_depth, stk_keys,
-  stk_vals, counts, ecl_off, ecl_data; `counts` is int64[6]: (states, cfg
-  ints, stacks, cfg slots used, stack slots used, ecl_data ints used);
+  stk_vals, counts, ecl_off, ecl_data; `counts` is int64[7]: (states, cfg
+  ints, stacks, cfg slots used, stack slots used, ecl_data ints used, the
+  largest count an INC or TICK made: `constrained.twins` are built only once
+  it passes a token's length, which an `AnyOrder`'s set frames never set);
   ecl_off/ecl_data memoize each NFA state's epsilon closure;
 - ``W`` (scratch, grown by the caller on GROW_SCRATCH): todo, seen_keys,
   seen_gen, gen (2 counters: seen sets, epsilon-closure stamps), out, seed,
@@ -391,6 +393,8 @@ def _targets(N, S, W, flat, group_ptr, n_groups, results):  # pragma: no cover -
                         if hi < 0 or c < hi:
                             value = (count & _LOW_BITS) | (min(c + 1, lo) << COUNT_SHIFT)
                     if value >= 0:
+                        if value > counts[6] and (op == INC or op == TICK):
+                            counts[6] = value
                         sid = _push(stk_ret, stk_parent, stk_depth, stk_keys, stk_vals, counts, stk_parent[k],
                                     -2 - value, ENTER)
                         if sid < 0:

@@ -191,6 +191,32 @@ def test_any_order_objects_share_too(vocab):
     assert fsm.dfa.num_states < ref.dfa.num_states
 
 
+def test_sets_of_members_taken_build_no_twins(vocab):
+    """An `AnyOrder`'s set frame holds a bit per member taken, past a token's length (28 bytes in
+    llama-spm) once member 5 is: not a count, so no twins are built for it, while a string's
+    count past it builds them."""
+    props = {f"k{i}": {"type": "integer"} for i in range(12)}
+    props["s"] = {"type": "string", "maxLength": 400}
+    fsm, ref = _pair("schema", {"type": "object", "properties": props}, vocab, any_order=True)
+    tok = hf_tokenizer("llama-spm")
+
+    def walk(text: str) -> None:
+        s, r = fsm.initial, ref.initial
+        for t in tok.encode(text, add_special_tokens=False):
+            assert np.array_equal(fsm.bitmask(s), ref.bitmask(r))
+            s, r = fsm.next_state(s, t), ref.next_state(r, t)
+            assert s >= 0 and r >= 0
+        assert fsm.is_accepting(s)
+
+    members = ", ".join(f'"k{i}": {i}' for i in (11, 9, 7, 5, 6, 10))
+    walk("{" + members + ', "s": "short"}')
+    sets = -2 - fsm.dfa._stk_ret[: int(fsm.dfa._counts[2])]
+    assert (sets > 28).any()                     # a set frame that looks like a far count
+    assert fsm._twins is None
+    walk("{" + members + ', "s": "' + "hello " * 40 + '"}')
+    assert fsm._twins is not None and fsm._twins.usable
+
+
 def test_twins_have_one_mask_key(vocab):
     """Caches of device masks per state (`mask_key`) keep one entry for a class of twins."""
     fsm, _ = _pair("schema", {"type": "string", "maxLength": 5000}, vocab)
