@@ -72,6 +72,17 @@ _KNOWN = (REG, FREE, SPLICE, ENTER, HEAD, INC, GATE, TICK, EXIT, PICK, CHECK, LE
 _SET_OPS = (PICK, CHECK, COUNT, CLEAR)         # an `AnyOrder`'s tests and updates of its frame
 
 
+class _Lists:
+    """An `NFAArrays`' columns as Python lists (indexing a list is 5-10x cheaper than a numpy scalar)."""
+
+    _COLS = ("eps_ptr", "eps_dst", "edge_ptr", "edge_dst", "call_ptr", "call_op", "call_dst", "call_to", "call_lo",
+             "call_hi")
+
+    def __init__(self, a: Any) -> None:
+        for name in self._COLS:
+            setattr(self, name, np.asarray(getattr(a, name)).tolist())
+
+
 class CounterTwins:
     """The counter loops of a `JitDFA`'s NFA, to name a DFA state's class (`key`).
 
@@ -100,6 +111,7 @@ class CounterTwins:
         if not self.usable:
             return
         call_src = np.repeat(np.arange(len(a.call_ptr) - 1), np.diff(np.asarray(a.call_ptr)))
+        cols = _Lists(a)                                    # the walks below take a Python step per state
         # the constructs, their thresholds first: where no count can be far (most schemas'
         # bounds are within two tokens' length), nothing more is made
         found = []                                          # (kind, entry, thresholds, anchor)
@@ -113,7 +125,7 @@ class CounterTwins:
             if a.eps_ptr[first + 1] > a.eps_ptr[first]:     # an `AnyOrder`'s entry (a `Counted`'s has bytes only)
                 found.append(("set", first, None, int(call_src[j])))
             else:
-                found.append(("counted", first, self._counted(a, first), int(call_src[j])))
+                found.append(("counted", first, self._counted(cols, first), int(call_src[j])))
         if not any(t is not None and self._has_far(t if kind == "loop" else t[2])
                    for kind, _, t, _ in found if kind != "set"):
             self.usable = False
@@ -121,12 +133,12 @@ class CounterTwins:
         bodies = []
         for kind, entry, t, anchor in found:
             if kind == "loop":
-                body, ok = self._body(a, entry, anchor, -1)
+                body, ok = self._body(cols, entry, anchor, -1)
                 bodies.append((body, ok, t, anchor))     # (unbounded: its count stops at lo, kept as it is)
             elif kind == "set":
                 # its states x, hub, after, t are made in a row (`FragmentBuilder._build_any_order`):
                 # its own LEAVE edges go to x + 3, a nested one's elsewhere
-                body, ok = self._body(a, entry, -1, entry + 3)
+                body, ok = self._body(cols, entry, -1, entry + 3)
                 bodies.append((body, ok, None, anchor))
             else:
                 body, ok, flips = t
@@ -148,7 +160,7 @@ class CounterTwins:
         return any(b - a >= self.longest + 4 for a, b in zip(pts, pts[1:]))   # (above the last: not reached)
 
     @staticmethod
-    def _counted(a: Any, first: int) -> tuple[set[int], bool, list[int]]:
+    def _counted(a: _Lists, first: int) -> tuple[set[int], bool, list[int]]:
         """The NFA states of a `Counted` string entered at `first` (its automaton's states and
         gates), whether only its own edges are met, and the counts where a test of its gates
         (``lo <= count <= hi``), ticks (``lo <= count + 1 <= hi``) or exits (``count >= lo``) flips."""
@@ -160,18 +172,18 @@ class CounterTwins:
         flips: list[int] = []
         while todo:
             s = todo.pop()
-            nxt = edge_dst[edge_ptr[s]:edge_ptr[s + 1]].tolist()
+            nxt = edge_dst[edge_ptr[s]:edge_ptr[s + 1]]
             if a.eps_ptr[s + 1] > a.eps_ptr[s]:
                 ok = False
-            for j in range(int(call_ptr[s]), int(call_ptr[s + 1])):
-                op = int(call_op[j])
+            for j in range(call_ptr[s], call_ptr[s + 1]):
+                op = call_op[j]
                 if op in (GATE, TICK, EXIT):
-                    lo, hi = int(call_lo[j]), int(call_hi[j])
+                    lo, hi = call_lo[j], call_hi[j]
                     flips += [lo - 1, lo] if op == TICK else [lo]
                     if op != EXIT:
                         if hi >= 0:
                             flips += [hi, hi + 1]
-                        nxt.append(int(call_to[j]))
+                        nxt.append(call_to[j])
                 else:
                     ok = False
             for t in nxt:
@@ -181,7 +193,7 @@ class CounterTwins:
         return seen, ok, flips
 
     @staticmethod
-    def _body(a: Any, start: int, head: int, leave_to: int) -> tuple[set[int], bool]:
+    def _body(a: _Lists, start: int, head: int, leave_to: int) -> tuple[set[int], bool]:
         """The NFA states of a construct from `start`, over calls and through the constructs
         nested in it: a counter loop's item, up to the INC back to its `head`; an `AnyOrder`'s
         members and tests, up to its LEAVE edges to `leave_to`. And whether only the kinds of
@@ -194,22 +206,22 @@ class CounterTwins:
         left = leave_to < 0
         while todo:
             s = todo.pop()
-            nxt = eps_dst[eps_ptr[s]:eps_ptr[s + 1]].tolist() + edge_dst[edge_ptr[s]:edge_ptr[s + 1]].tolist()
-            for j in range(int(call_ptr[s]), int(call_ptr[s + 1])):
-                op = int(call_op[j])
+            nxt = eps_dst[eps_ptr[s]:eps_ptr[s + 1]] + edge_dst[edge_ptr[s]:edge_ptr[s + 1]]
+            for j in range(call_ptr[s], call_ptr[s + 1]):
+                op = call_op[j]
                 if op in (REG, FREE, ENTER):
-                    nxt.append(int(call_dst[j]))            # a call's return, a nested construct's entry
+                    nxt.append(call_dst[j])                 # a call's return, a nested construct's entry
                 elif op == HEAD:
-                    nxt += [int(call_to[j]), int(call_dst[j])]
+                    nxt += [call_to[j], call_dst[j]]
                 elif op == INC:
-                    if int(call_dst[j]) != head:
-                        nxt.append(int(call_dst[j]))
+                    if call_dst[j] != head:
+                        nxt.append(call_dst[j])
                 elif op == SPLICE:
-                    nxt.append(int(call_to[j]))             # a lazy rule's body, in place (no frame)
-                elif op == LEAVE and int(call_to[j]) == leave_to:
+                    nxt.append(call_to[j])                  # a lazy rule's body, in place (no frame)
+                elif op == LEAVE and call_to[j] == leave_to:
                     left = True                             # its own way out
                 elif op in (GATE, TICK, EXIT, LEAVE) or op in _SET_OPS:
-                    nxt.append(int(call_to[j]))             # inside a nested `Counted` or `AnyOrder`
+                    nxt.append(call_to[j])                  # inside a nested `Counted` or `AnyOrder`
                 else:
                     ok = False
             for t in nxt:
