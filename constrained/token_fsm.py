@@ -420,6 +420,19 @@ class TokenFSM:
             twin.allowed = self._materialize(twin)
         return TwinMasks(twin, source, state)
 
+    def counter_twins(self) -> CounterTwins | None:
+        """The `CounterTwins` of the DFA, built now if it is not yet (None for a DFA whose
+        configurations it cannot read, the Python `LazyDFA`). For the budget planner's lower
+        bounds (`CounterTwins.min_bytes`), which hold for the NFA it was built for even after
+        lazy rules grew it (their states are not attributed: no bound); masks share only past
+        the gates of `_twin_masks`, which builds it again for the grown NFA."""
+        if getattr(self.dfa, "_stk_ret", None) is None:
+            return None
+        with self._lock:
+            if self._twins is None:
+                self._twins = CounterTwins(self.dfa, self.index.longest_token)
+            return self._twins
+
     def _twin_next(self, m: "TwinMasks", token: int) -> int:
         """The state after `token` (allowed) from a twin: its twin's next state with the counts
         moved (`CounterTwins.moved`: one new DFA state, no row computed), or, where they cannot

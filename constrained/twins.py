@@ -12,7 +12,8 @@ default budget of 100,000 states ran out after about 9,400 characters.
 Within one token a loop's count goes up by at most the token's length in
 bytes (a counter loop's item is never empty: `grammars.fragments` makes it
 non-empty), and the loop reads its count only through ``count >= lo`` and
-``count < hi``. So two states whose configurations are equal except for
+``count < hi`` (an unbounded one, whose count stops at `lo`, only through the
+first: ``minLength: 5000`` alone has one threshold). So two states whose configurations are equal except for
 counts with no threshold (`lo`, `hi`) between one below them and `L + 1`
 above them, the same number of thresholds below each, and above `L` (`L`: the
 vocabulary's longest token, in bytes), behave alike for one token: for
@@ -40,11 +41,19 @@ state (``lo <= count <= hi``) and an exit (``count >= lo``): every window's ends
 are thresholds of its own, like a loop's bounds (`CounterTwins._counted`).
 
 `TokenFSM` builds a `CounterTwins` only once its DFA has 2,048 states and a
-stack holds a count past a token's length: most schemas' counts stay small (a
+loop or a `Counted` string has counted past a token's length (the DFA kernels
+keep the largest count they made): most schemas' counts stay small (a
 number's digits, short strings), and their masks pay nothing for this.
 
 An `AnyOrder`'s frame (the set of members taken, `any_order=True`) is told
-from a count by the construct it belongs to, and kept as it is.
+from a count by the construct it belongs to, and kept as it is. Its bits look
+like a large count on the stack, so they do not count toward building twins:
+they were built, and built again at each lazy rule, for schemas with no long
+count at all (Github_hard---o40454: 113 ms masks).
+
+`CounterTwins.min_bytes` bounds a state's completions from below (counts left
+to their exit bounds), so that the budget planner (`constrained.budget`) does
+not search for a completion a token's search or its whole budget cannot reach.
 
 Each frame is attributed to its construct by where the configuration is: the
 innermost construct holding its NFA state (or a call's return state, for the
@@ -106,46 +115,51 @@ class CounterTwins:
         # per construct: counts where a test it makes flips (None: an `AnyOrder`, whose frame is a set)
         self.thresholds: list[list[int] | None] = []
         self.ok: list[bool] = []                        # per construct: its frames can be shared
+        self.exit_lo: list[int] = []                    # per construct: the least count it lets out at (sets: 0)
         self.inner: dict[int, int] = {}                 # NFA state -> innermost construct holding it
         self.parent: list[int] = []                     # per construct: the innermost one around it (-1: none)
         if not self.usable:
             return
         call_src = np.repeat(np.arange(len(a.call_ptr) - 1), np.diff(np.asarray(a.call_ptr)))
-        cols = _Lists(a)                                    # the walks below take a Python step per state
+        cols: _Lists | None = None                          # the walks below take a Python step per state
         # the constructs, their thresholds first: where no count can be far (most schemas'
         # bounds are within two tokens' length), nothing more is made
         found = []                                          # (kind, entry, thresholds, anchor)
         for j in np.flatnonzero(ops == HEAD).tolist():     # counter loops: the item, from the head
             lo, hi = int(a.call_lo[j]), int(a.call_hi[j])   # HEAD: once more if count < hi, out if >= lo
-            found.append(("loop", int(a.call_to[j]), [lo, hi] if hi >= 0 else None, int(call_src[j])))
+            found.append(("loop", int(a.call_to[j]), [lo, hi] if hi >= 0 else [lo], int(call_src[j]), lo))
         for j in np.flatnonzero(ops == ENTER).tolist():    # `Counted` strings and `AnyOrder`s: from the state entered
             first = int(a.call_to[j])
             if HEAD in ops[int(a.call_ptr[first]):int(a.call_ptr[first + 1])]:
                 continue                                    # a counter loop's head (above)
             if a.eps_ptr[first + 1] > a.eps_ptr[first]:     # an `AnyOrder`'s entry (a `Counted`'s has bytes only)
-                found.append(("set", first, None, int(call_src[j])))
+                found.append(("set", first, None, int(call_src[j]), 0))
             else:
-                found.append(("counted", first, self._counted(cols, first), int(call_src[j])))
+                cols = cols or _Lists(a)
+                counted = self._counted(cols, first)
+                found.append(("counted", first, counted, int(call_src[j]), counted[3]))
         if not any(t is not None and self._has_far(t if kind == "loop" else t[2])
-                   for kind, _, t, _ in found if kind != "set"):
+                   for kind, _, t, _, _ in found if kind != "set"):
             self.usable = False
             return
         bodies = []
-        for kind, entry, t, anchor in found:
+        cols = cols or _Lists(a)
+        for kind, entry, t, anchor, _ in found:
             if kind == "loop":
                 body, ok = self._body(cols, entry, anchor, -1)
-                bodies.append((body, ok, t, anchor))     # (unbounded: its count stops at lo, kept as it is)
+                bodies.append((body, ok, t, anchor))     # (unbounded: its count stops at lo, its one threshold)
             elif kind == "set":
                 # its states x, hub, after, t are made in a row (`FragmentBuilder._build_any_order`):
                 # its own LEAVE edges go to x + 3, a nested one's elsewhere
                 body, ok = self._body(cols, entry, -1, entry + 3)
                 bodies.append((body, ok, None, anchor))
             else:
-                body, ok, flips = t
+                body, ok, flips, _ = t
                 bodies.append((body, ok, flips, anchor))
         for body, ok, flips, _anchor in bodies:
             self.thresholds.append(None if flips is None else sorted(set(flips)))
             self.ok.append(ok)
+        self.exit_lo = [f[4] for f in found]
         # innermost: the smallest body holding a state (bodies nest or are disjoint)
         for size, c in sorted(((len(b[0]), c) for c, b in enumerate(bodies)), reverse=True):
             for q in bodies[c][0]:
@@ -160,16 +174,18 @@ class CounterTwins:
         return any(b - a >= self.longest + 4 for a, b in zip(pts, pts[1:]))   # (above the last: not reached)
 
     @staticmethod
-    def _counted(a: _Lists, first: int) -> tuple[set[int], bool, list[int]]:
+    def _counted(a: _Lists, first: int) -> tuple[set[int], bool, list[int], int]:
         """The NFA states of a `Counted` string entered at `first` (its automaton's states and
         gates), whether only its own edges are met, and the counts where a test of its gates
-        (``lo <= count <= hi``), ticks (``lo <= count + 1 <= hi``) or exits (``count >= lo``) flips."""
+        (``lo <= count <= hi``), ticks (``lo <= count + 1 <= hi``) or exits (``count >= lo``) flips, and
+        the least count an exit lets out at."""
         edge_ptr, edge_dst = a.edge_ptr, a.edge_dst
         call_ptr, call_op, call_to, call_lo, call_hi = a.call_ptr, a.call_op, a.call_to, a.call_lo, a.call_hi
         seen = {first}
         todo = [first]
         ok = True
         flips: list[int] = []
+        exits: list[int] = []
         while todo:
             s = todo.pop()
             nxt = edge_dst[edge_ptr[s]:edge_ptr[s + 1]]
@@ -180,6 +196,8 @@ class CounterTwins:
                 if op in (GATE, TICK, EXIT):
                     lo, hi = call_lo[j], call_hi[j]
                     flips += [lo - 1, lo] if op == TICK else [lo]
+                    if op == EXIT:
+                        exits.append(lo)
                     if op != EXIT:
                         if hi >= 0:
                             flips += [hi, hi + 1]
@@ -190,7 +208,7 @@ class CounterTwins:
                 if t not in seen:
                     seen.add(t)
                     todo.append(t)
-        return seen, ok, flips
+        return seen, ok, flips, min(exits, default=0)
 
     @staticmethod
     def _body(a: _Lists, start: int, head: int, leave_to: int) -> tuple[set[int], bool]:
@@ -301,6 +319,30 @@ class CounterTwins:
             return None
         out.sort()
         return (accepting, tuple(out))
+
+    def min_bytes(self, state: int) -> int:
+        """A lower bound on the bytes of every completion from DFA `state` (0: none known).
+
+        A configuration accepts only once every frame is popped, and a counter loop or a
+        `Counted` string pops its frame at a count of at least its exit bound (`exit_lo`),
+        each count a byte at least further (an item is never empty, a tick is a character).
+        So a configuration needs the largest of those differences, the state the least
+        over its configurations: under ``minLength: 5000`` a count of 300 needs 4,700
+        bytes, which the budget planner's searches need not look for within a token."""
+        if not self.usable:
+            return 0
+        got = self._parts(state)
+        if got is None or got[0]:
+            return 0
+        best = -1
+        for _p, frames in got[1]:
+            need = 0
+            for r, _op, loop in frames:
+                if loop >= 0:
+                    need = max(need, self.exit_lo[loop] - (-2 - r))
+            if best < 0 or need < best:
+                best = need
+        return max(best, 0)
 
     def shift(self, source: int, state: int) -> dict[int, int] | None:
         """Per loop, what `state`'s counts add to those of `source`, its twin (same `key`), when

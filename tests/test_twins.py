@@ -32,6 +32,9 @@ CASES = [
     ("schema", {"type": "string", "pattern": "^[a-z]+( [a-z]+)*$", "minLength": 40, "maxLength": 3000}),
     ("schema", {"type": "array", "items": {"type": "string", "pattern": "^[a-z]+( [a-z]+)*$", "maxLength": 2500},
                 "maxItems": 3}),
+    # unbounded loops: the count stops at the lower bound, its one threshold
+    ("schema", {"type": "string", "minLength": 300}),
+    ("regex", "(ab|c){150,}d"),
     # rule calls (recursion) between the frames
     ("schema", {"type": "object", "properties": {"name": {"type": "string", "maxLength": 500},
                                                  "kids": {"type": "array", "items": {"$ref": "#"}}},
@@ -290,3 +293,50 @@ def test_an_fsm_with_twins_is_freed(vocab):
     del fsm
     gc.collect()
     assert ref() is None
+
+
+def _inside_string(fsm: TokenFSM, chars: int) -> int:
+    """The state after an opening quote and `chars` characters of text, token by token (llama-spm),
+    each state's masks computed (which builds the twins once a count passes 28)."""
+    s = fsm.initial
+    for t in hf_tokenizer("llama-spm").encode('"' + ("hello " * (chars // 6 + 1))[:chars], add_special_tokens=False):
+        s = fsm.next_state(s, t)
+        fsm.masks(s)
+    return s
+
+
+def test_min_bytes_is_the_count_left_to_the_exit_bound(vocab):
+    """`CounterTwins.min_bytes`: every completion of a string under ``minLength: 600`` with
+    `c` characters read reads at least 600 - c more; a count past the bound needs none."""
+    fsm, _ = _pair("schema", {"type": "string", "minLength": 600, "maxLength": 5000}, vocab)
+    states = {n: _inside_string(fsm, n) for n in (40, 300, 700)}
+    assert {n: fsm._twins.min_bytes(s) for n, s in states.items()} == {40: 560, 300: 300, 700: 0}
+
+
+def test_the_planner_goes_straight_under_a_large_min_length(vocab):
+    """From a count far below a large ``minLength``, the budget planner's search goes depth first:
+    the states it makes are those of the rows along the bytes left (9 a byte in a string here; a
+    breadth-first search made 10,000 more before it), and the completion it plans is valid from the state."""
+    from constrained.budget import BREADTH, completions
+
+    fsm, _ = _pair("schema", {"type": "string", "minLength": 2000}, vocab)
+    s = _inside_string(fsm, 400)
+    before = fsm.dfa.num_states
+    plan = completions(fsm)
+    w = plan.shortest(s)
+    assert w is not None and len(w) >= 1600
+    assert fsm.dfa.is_accepting(fsm.dfa.walk(s, w))
+    assert fsm.dfa.num_states - before <= 1600 * 10 < BREADTH + 1600 * 9
+    assert plan.tokens_needed(s) is not None
+
+
+def test_the_planner_does_not_search_for_what_it_cannot_reach(vocab):
+    """Under ``minLength: 50000`` a completion is past what a search of `MAX_SEARCH` states can reach
+    (9 states a byte): the planner says it has none (the row runs unsteered) without making them."""
+    from constrained.budget import completions
+
+    fsm, _ = _pair("schema", {"type": "string", "minLength": 50_000}, vocab)
+    s = _inside_string(fsm, 400)
+    before = fsm.dfa.num_states
+    assert completions(fsm).shortest(s) is None
+    assert fsm.dfa.num_states - before < 100         # (the rows along 8 bytes it probes)
