@@ -260,7 +260,7 @@ class Completions:
                         path.append(q)
                         out.append(b)
                     return path[::-1], bytes(out[::-1])
-            if len(parent) > 1 and (far := self._far_level(level)) > FAR_BELOW:
+            if len(parent) > 1 and (far := self._far_level(level)) > FAR_BELOW and far * len(level) > limit - len(parent):
                 self._bound = max(self._bound, depth + far)   # no completion within reach: say how far
                 return None
             depth += 1
@@ -279,7 +279,8 @@ class Completions:
 
     def _far_level(self, level: list[int]) -> int:
         """The least `_least_bytes` over a breadth-first level (0 as soon as one is near): a level all
-        of whose states are far from completion (the string under ``minLength`` entered) stops the search."""
+        of whose states are far from completion (the string under ``minLength`` entered) stops the
+        search when its states times that many bytes are past what is left of its limit."""
         twins = self.fsm._twins
         if twins is None or not twins.usable:
             return 0
