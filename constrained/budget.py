@@ -22,7 +22,10 @@ found, which is what makes the greedy first token qualify again next step.
 
 The search is bounded (`MAX_SEARCH` DFA states); past it, or when some byte
 of the completion has no token of its own, `tokens_needed` is None and the
-row runs unsteered.
+row runs unsteered. Where every completion is known to be long (a count far
+below its exit bound, `CounterTwins.min_bytes`: a long string under a large
+`minLength`), the breadth-first search is skipped and the depth-first one
+runs only if it can reach that far (`_least_bytes`, `_reachable`).
 
 Example:
     >>> from grammars.regex import regex_grammar
