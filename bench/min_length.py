@@ -27,7 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     max_tokens = int(args[1]) if len(args) > 1 else 1500
     warnings.simplefilter("ignore")
     lm = load_model_by_name(str(tiny_model_dir("llama", "llama-bpe")), "hf")
-    print(f"`minLength: {min_length}`, one sample of at most {max_tokens:,} tokens (HF, tiny random llama, llama-bpe, seed 1)\n")
+    print(f"`minLength: {min_length}`, one sample of at most {max_tokens:,} tokens "
+          "(HF, tiny random llama, llama-bpe, seed 1)\n")
     print("| schema | budget_aware | status | characters | tokens | DFA states | s |")
     print("|---|---|---|---|---|---|---|")
     for schema in ({"type": "string", "minLength": min_length},

@@ -263,7 +263,8 @@ class Completions:
                         path.append(q)
                         out.append(b)
                     return path[::-1], bytes(out[::-1])
-            if len(parent) > 1 and (far := self._far_level(level)) > FAR_BELOW and far * len(level) > limit - len(parent):
+            far = self._far_level(level) if len(parent) > 1 else 0
+            if far > FAR_BELOW and far * len(level) > limit - len(parent):
                 self._bound = max(self._bound, depth + far)   # no completion within reach: say how far
                 return None
             depth += 1

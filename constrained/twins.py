@@ -13,10 +13,11 @@ Within one token a loop's count goes up by at most the token's length in
 bytes (a counter loop's item is never empty: `grammars.fragments` makes it
 non-empty), and the loop reads its count only through ``count >= lo`` and
 ``count < hi`` (an unbounded one, whose count stops at `lo`, only through the
-first: ``minLength: 5000`` alone has one threshold). So two states whose configurations are equal except for
-counts with no threshold (`lo`, `hi`) between one below them and `L + 1`
-above them, the same number of thresholds below each, and above `L` (`L`: the
-vocabulary's longest token, in bytes), behave alike for one token: for
+first: ``minLength: 5000`` alone has one threshold). So two states whose
+configurations are equal except for counts with no threshold (`lo`, `hi`)
+between one below them and `L + 1` above them, the same number of thresholds
+below each, and above `L` (`L`: the vocabulary's longest token, in bytes),
+behave alike for one token: for
 ``minLength: 5000, maxLength: 100000``, the counts from 130 to 4,870 are one
 class, and from 5,002 to 99,870 another.
 
