@@ -285,12 +285,9 @@ class Completions:
         """The least `_least_bytes` over a breadth-first level (0 as soon as one is near): a level all
         of whose states are far from completion (the string under ``minLength`` entered) stops the
         search when its states times that many bytes are past what is left of its limit."""
-        twins = self.fsm._twins
-        if twins is None or not twins.usable:
-            return 0
         least = -1
         for q in level:
-            b = twins.min_bytes(q)
+            b = self._least_bytes(q)
             if b <= FAR_BELOW:
                 return 0
             least = b if least < 0 else min(least, b)
