@@ -61,6 +61,12 @@ class Engine:
         """Bytes the compiled schema holds by the engine's own count, where it has one."""
         return None
 
+    def accepted_in_any_order(self, schema: Any, texts: list[bytes]) -> list[bool] | None:
+        """Whether each of `texts` (documents this engine rejected) is accepted when object members
+        may come in any order; None where the engine has no such mode. Untimed: it tells the valid
+        instances rejected only for their members' order from the others."""
+        return None
+
     def version(self) -> str:
         from importlib.metadata import PackageNotFoundError, version
 
@@ -109,6 +115,18 @@ class Ours(Engine):
     def matcher(self, compiled: Any) -> Any:
         guide = compiled.guide()
         return _Matcher(guide.fill_bitmask, guide.advance)
+
+    def accepted_in_any_order(self, schema: Any, texts: list[bytes]) -> list[bool] | None:
+        from constrained.compile import compile_json_schema
+        from grammars.errors import ConstraintError
+
+        if self.any_order or isinstance(schema, Regex):
+            return None
+        try:
+            fsm = compile_json_schema(schema, self.vocab, any_order=True)
+        except ConstraintError:
+            return None
+        return [fsm.matches(t) for t in texts]
 
     def version(self) -> str:
         import constrained

@@ -292,6 +292,16 @@ def case_record(engine: str, case: Case, walks: list[Walk], outcome: Any,
     return rec
 
 
+def _order_only(engine: Engine, case: Case, walks: list[Walk], outcome: Any, vocab: Any) -> int | None:
+    """How many of the valid instances `engine` rejected it accepts with object members in any order
+    (`Engine.accepted_in_any_order`, in this process, after the timed work); None: not known."""
+    by_key = {(w.test, w.style): w for w in walks}
+    texts = [b"".join(vocab.token_bytes[i] or b"" for i in by_key[(m["test"], m["style"])].ids)
+             for m in outcome.messages if m["event"] == "walk" and m["valid"] and m["accepted"] is False]
+    accepted = engine.accepted_in_any_order(case.schema, texts)
+    return None if accepted is None else sum(accepted)
+
+
 def _ms(msg: dict | None, key: str) -> float | None:
     return None if not msg or key not in msg else round(msg[key] / 1e6, 3)
 
@@ -353,6 +363,8 @@ def run_masks(cases: list[Case], engines: dict[str, dict], tokenizer: Any, vocab
 
     def record(name: str, case: Case, walks: list[Walk], outcome: Any) -> None:
         rec = case_record(name, case, walks, outcome, text)
+        if rec["valid_rejected"]:
+            rec["valid_rejected_order"] = _order_only(engines[name]["engine"], case, walks, outcome, vocab)
         rec["after"] = records[-1]["engine"] if records else None   # the engine that ran just before
         records.append(rec)
         emit({k: v for k, v in rec.items() if k != "mask_ns"})

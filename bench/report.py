@@ -48,6 +48,9 @@ def masks_summary(records: list[dict], engines: dict[str, dict]) -> str:
         pooled = np.array([t for r in recs for t in r["mask_ns"]], dtype=np.float64) / 1e3
         fails = {k: sum(1 for r in recs if r["status"] == k or r["late_failure"] == k) for k in _FAILURES}
         vr = sum(r["valid_rejected"] + r["walk_errors"] for r in ok)
+        order = [r.get("valid_rejected_order") for r in ok if r["valid_rejected"]]
+        known = sum(x or 0 for x in order)
+        order_note = f" ({known} only for member order)" if known else ""
         vt = sum(r["valid_total"] for r in ok)
         ia = sum(r["invalid_accepted"] for r in ok)
         it = sum(r["invalid_total"] for r in ok)
@@ -63,7 +66,7 @@ def masks_summary(records: list[dict], engines: dict[str, dict]) -> str:
             if pooled.size else None,
             f"{_r(np.median(growth))} / {_r(max(growth))}" if growth else None,
             _r(max(peak), 0) if peak else None,
-            f"{vr}/{vt}", f"{ia}/{it}", f"{passing}/{len(recs)}",
+            f"{vr}/{vt}{order_note}", f"{ia}/{it}", f"{passing}/{len(recs)}",
         ])
     return table(header, rows)
 
@@ -135,6 +138,8 @@ def _first_problem(r: dict) -> str:
         where = f"EOS refused after {f['read']!r}" if f["note"].startswith("EOS") else (
             f"{f['next']!r} refused after {f['read']!r}" if f["valid"] else f"{f['read']!r}")
         text = f"{f['description']} ({f['style']}) {verdict}: {where} {f['note'] if f['valid'] else ''}"
+        if r.get("valid_rejected_order") == r["valid_rejected"]:
+            text = "member order only (accepted with any_order=True); " + text
     else:
         text = r["late_failure"]
     return text[:110].replace("|", "/").replace("\n", "\\n").strip()

@@ -149,6 +149,29 @@ def test_masks_suite_counts_on_a_real_tokenizer(tmp_path, hf_tok, vocabulary):
     assert "accept-all" in masks_disagreements(recs)
 
 
+def test_valid_instances_rejected_only_for_member_order_are_told_apart(tmp_path, hf_tok, vocabulary):
+    tok, vocab = hf_tok("gpt-2"), vocabulary("gpt-2")
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+              "required": ["a", "b"], "additionalProperties": False}
+    _write(tmp_path, "pair", schema, [{"data": {"b": "x", "a": 1}, "valid": True},
+                                      {"data": {"a": 1, "b": "x"}, "valid": True}])
+    from bench.engines import Ours
+
+    ours = Ours()
+    ours.setup(tok, vocab)
+    engines = {"ours": {"engine": ours, "setup_s": 0.0, "version": ours.version()}}
+    (rec,) = run_masks(load_corpus(tmp_path), engines, tok, vocab, ["compact", "default"], time_limit=60,
+                       mem_limit=2 << 30, emit=lambda r: None, log=lambda s: None)
+    assert (rec["valid_rejected"], rec["valid_rejected_order"]) == (2, 2)     # the b-first instance, both styles
+    assert "| 2/4 (2 only for member order) |" in masks_summary([rec], engines)
+    assert "member order only" in masks_disagreements([rec])
+    # the check itself: a document wrong in any order is not excused, and an any-order run has nothing to excuse
+    assert ours.accepted_in_any_order(schema, [b'{"b":"x","a":1}', b'{"b":1,"a":1}']) == [True, False]
+    loose = Ours(any_order=True)
+    loose.setup(tok, vocab)
+    assert loose.accepted_in_any_order(schema, [b'{"b":"x","a":1}']) is None
+
+
 def test_encode_exact_drops_the_sentencepiece_dummy_prefix(hf_tok, vocabulary):
     tok, vocab = hf_tok("llama-spm"), vocabulary("llama-spm")
     ids = encode_exact(tok, vocab.token_bytes, '{"a": 1}')
