@@ -36,6 +36,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from constrained.fsm_jit import NEED as _NEED
+from constrained.fsm_jit import NEED_ROW as _NEED_ROW
 from grammars.deep import deep_call
 from grammars.dfa import DEAD, UNEXPANDED, LazyDFA
 from grammars.errors import StateBudgetError
@@ -421,6 +423,20 @@ class JitDFA(LazyDFA):
         size = 1 << (4 * max_pairs + 4).bit_length()   # the seen pairs' hash table: a power of two
         return bool(self._run(self._k.equivalent, int(a), int(b), np.empty(size, np.int64),
                               np.empty(max_pairs + 1, np.int64), np.empty(max_pairs + 1, np.int64)))
+
+    def level_check(self, q: int, lenient: bool, max_excluded: int, moves: np.ndarray, first_bytes: np.ndarray,
+                    work: np.ndarray) -> int | None:
+        """`fsm_jit`'s level check of `q` (see `slice_view._level`), rows computed in place
+        (`walk_kernels.level_native`), resumed from `work` after a table grew; None where the
+        slice kernels did not load (the caller runs them itself)."""
+        if self._k.level_native is None:
+            return None
+        while True:
+            out = self._k.level_native(q, lenient, max_excluded, moves, first_bytes, self.byte_class,
+                                       self._N, self._S, self._W, work)
+            if out != _NEED_ROW:
+                return int(out)
+            self.expand((int(work[2 * (moves[0] - 1) + 1 + _NEED]),))
 
     # -- the trie walk ----------------------------------------------------------
 

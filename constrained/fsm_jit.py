@@ -14,7 +14,9 @@ the numpy code then runs and gives the same answers (tests check both).
 The DFA is lazy: when the level check reaches a state whose row is not
 computed, the kernel saves where it is and returns the state; the driver
 computes the row and resumes, so rows are computed in the order the numpy
-code computes them.  Checks that need an equivalence proof between two
+code computes them. Over the native DFA (`constrained.dfa_jit.JitDFA`),
+`walk_kernels.level_native` computes the row in place and resumes in the same
+call (a round trip through Python cost about 7 us; a first mask took dozens).  Checks that need an equivalence proof between two
 different states return `FALLBACK`, and the caller reruns the numpy code,
 which finds every row it needs computed.
 
@@ -34,13 +36,15 @@ from types import SimpleNamespace
 import numpy as np
 
 __all__ = ["load_kernels", "flatten_moves", "OK", "NONE", "CLOSED", "NEED_ROW", "FALLBACK",
-           "SP", "SUCC", "STAGE", "EXCL", "NEED", "META_SIZE"]
+           "SP", "SUCC", "STAGE", "EXCL", "NEED", "META_SIZE", "TAIL"]
 
 # Kernel outcomes of `level`.
 OK, NONE, CLOSED, NEED_ROW, FALLBACK = 0, 1, 2, 3, 4
 _UNEXPANDED = -2
-# Layout of the `work` buffer after the slice states' reps and stack: these fields.
+# Layout of the `work` buffer after the slice states' reps and stack: these fields, then
+# `TAIL` ints: the excluded first bytes' flags (256), and scratch (256).
 SP, SUCC, STAGE, EXCL, NEED, META_SIZE = 0, 1, 2, 3, 4, 5
+TAIL = 512
 
 _lock = threading.Lock()
 _first_group_jit = None
@@ -67,9 +71,13 @@ def _compile() -> SimpleNamespace | None:
         return None
     global _first_group_jit
     # the kernel calls the helper by this global name, so it must be compiled first
-    _first_group_jit = njit(cache=True, nogil=True)(_first_group)
+    # without numba's reference counting (nothing in them allocates), so that the native DFA's
+    # level check (`walk_kernels.level_native`), which calls `level` with its rows computed in
+    # place, passes its argument tuples on for free
+    _first_group_jit = njit(cache=True, nogil=True, _nrt=False)(_first_group)
     jit = njit(cache=True, nogil=True)
-    kernels = SimpleNamespace(level=jit(_level_kernel), set_bits=jit(_set_bits_kernel), byteset=jit(_byteset_kernel))
+    kernels = SimpleNamespace(level=njit(cache=True, nogil=True, _nrt=False)(_level_kernel),
+                              set_bits=jit(_set_bits_kernel), byteset=jit(_byteset_kernel))
     try:
         _warm_up(kernels)
     except Exception as e:  # noqa: BLE001 - a kernel that fails to build must not break compiling
@@ -85,7 +93,7 @@ def _warm_up(kernels: SimpleNamespace) -> None:
     byte_class = np.zeros(256, np.int32)
     byte_class.flags.writeable = False              # DFAs hand out read-only byte classes
     moves = flatten_moves([[(0, np.array([97]))]])
-    work = np.zeros(3 + META_SIZE + 256, np.int32)
+    work = np.zeros(3 + META_SIZE + TAIL, np.int32)
     kernels.level(0, True, 40, moves, np.array([97], np.int64), byte_class, np.zeros((1, 1), np.int32), work)
     kernels.set_bits(np.zeros(1, np.uint32), np.array([3], np.int32))
 
@@ -120,7 +128,7 @@ def _level_kernel(q, lenient, max_excluded, moves, first_bytes, byte_class, tabl
     """Resumable `slice_view._level` without equivalence proofs (see module docstring).
 
     `work` (int32) holds reps[n], the stack[n + 1], the meta fields, then
-    excluded flags[256]; stage 0 starts a fresh check.  Returns an outcome;
+    excluded flags[256] and scratch[256]; stage 0 starts a fresh check.  Returns an outcome;
     after NEED_ROW, work[meta + NEED] is the state whose row is missing.
     """
     n = moves[0] - 1                                # the first group offset is n + 1
@@ -240,22 +248,33 @@ def _first_group(s, lo, hi, max_excluded, moves, byte_class, table, work, meta, 
     else:
         if n_dead > max_excluded:
             return NONE                             # e.g. a structural state: few bytes live
-        live = np.empty(hi - lo - n_dead, np.int64)
+        live = excl + 256                           # the live targets, sorted in `work`'s scratch
         k = 0
         for i in range(lo, hi):
             t = table[s, byte_class[moves[i]]]
             if t >= 0:
-                live[k] = t
+                work[live + k] = t
                 k += 1
         if k == 0:
             return NONE
-        live.sort()
+        gap = 1                                     # Shell sort in place: nothing is allocated
+        while gap < k // 3:
+            gap = 3 * gap + 1
+        while gap >= 1:
+            for i in range(live + gap, live + k):
+                x = work[i]
+                j = i - gap
+                while j >= live and work[j] > x:
+                    work[j + gap] = work[j]
+                    j -= gap
+                work[j + gap] = x
+            gap //= 3
         # the most frequent value, the smallest one on ties (as np.unique + argmax)
-        majority, best, run = live[0], 0, 0
-        for i in range(k):
-            run = run + 1 if i > 0 and live[i] == live[i - 1] else 1
+        majority, best, run = work[live], 0, 0
+        for i in range(live, live + k):
+            run = run + 1 if i > live and work[i] == work[i - 1] else 1
             if run > best:
-                best, majority = run, live[i]
+                best, majority = run, work[i]
     n_odd = 0
     for i in range(lo, hi):
         if table[s, byte_class[moves[i]]] != majority:

@@ -185,9 +185,11 @@ def _level_jit(kernel, dfa, q: int, sl: Slice, level: int, lenient: bool):
     """`_level` by the compiled kernel; `_FALLBACK` when an equivalence proof is needed."""
     moves = sl.flat_moves_at(level)
     n = len(sl.table)
-    work = np.zeros(2 * n + 1 + fsm_jit.META_SIZE + 256, dtype=np.int32)
+    work = np.zeros(2 * n + 1 + fsm_jit.META_SIZE + fsm_jit.TAIL, dtype=np.int32)
     first_bytes = sl.first_bytes_at(level)
-    while True:
+    check = getattr(dfa, "level_check", None)      # the native DFA computes its rows in the kernel
+    out = check(q, lenient, MAX_EXCLUDED, moves, first_bytes, work) if check is not None else None
+    while out is None or out == fsm_jit.NEED_ROW:
         # both read again after each row: a row that builds a lazy rule may split the byte classes
         out = kernel(q, lenient, MAX_EXCLUDED, moves, first_bytes, dfa.byte_class, dfa.table, work)
         if out != fsm_jit.NEED_ROW:
@@ -198,7 +200,7 @@ def _level_jit(kernel, dfa, q: int, sl: Slice, level: int, lenient: bool):
         meta = 2 * n + 1
         excluded = None
         if work[meta + fsm_jit.EXCL]:
-            excluded = work[meta + fsm_jit.META_SIZE:].astype(bool)
+            excluded = work[meta + fsm_jit.META_SIZE:meta + fsm_jit.META_SIZE + 256].astype(bool)
         return work[:n].copy(), int(work[meta + fsm_jit.SUCC]), excluded
     if out == fsm_jit.CLOSED:
         return _CLOSED

@@ -12,19 +12,28 @@ numba's on-disk cache of these kernels is keyed on this file alone (its time
 and size), not on the `dfa_kernels` functions compiled into them: a checkout
 that changed only those would load the old code. So `DFA_KERNELS_SHA256`
 holds the start of `dfa_kernels.py`'s hash, and a test fails until it is
-updated, which changes this file too.
+updated, which changes this file too; `FSM_JIT_SHA256` likewise for
+`fsm_jit.py`, whose level check `level_native` runs over the native DFA with
+its rows computed in place.
 """
 
 from __future__ import annotations
 
 from numba import njit
 
+from constrained import fsm_jit
 from constrained.dfa_kernels import OK, UNEXPANDED, mix, expand_row
 
-__all__ = ["walk_native", "equivalent", "DFA_KERNELS_SHA256"]
+__all__ = ["walk_native", "equivalent", "level_native", "DFA_KERNELS_SHA256", "FSM_JIT_SHA256"]
 
-# sha256 of constrained/dfa_kernels.py, first 16 hex digits (see the module docstring)
+# sha256 of constrained/dfa_kernels.py and constrained/fsm_jit.py (whose `level` kernel
+# `level_native` calls), first 16 hex digits (see the module docstring)
 DFA_KERNELS_SHA256 = "72da0eeae877b13e"
+FSM_JIT_SHA256 = "20ac15f236f5026f"
+
+_fsm_kernels = fsm_jit.load_kernels()
+_level = _fsm_kernels.level if _fsm_kernels is not None else None
+_NEED_ROW, _NEED, _META_SIZE = fsm_jit.NEED_ROW, fsm_jit.NEED, fsm_jit.META_SIZE
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -162,3 +171,21 @@ def equivalent(N, S, W, a, b, seen, todo_a, todo_b):  # pragma: no cover - compi
             todo_b[n_todo] = q
             n_todo += 1
     return OK, 1
+
+
+def _level_native(q, lenient, max_excluded, moves, first_bytes, byte_class, N, S, W, work):  # pragma: no cover
+    """`fsm_jit`'s level check (`slice_view._level`) over the native DFA, its missing rows
+    computed in place (`expand_row`), in the order the check meets them, as a driver would.
+    Returns NEED_ROW (work[meta + NEED]: the state) only when a table must grow or a lazy rule
+    be built first: the caller does that (`JitDFA.expand`) and calls again, which resumes."""
+    meta = 2 * (moves[0] - 1) + 1
+    table = S[0]
+    while True:
+        out = _level(q, lenient, max_excluded, moves, first_bytes, byte_class, table, work)
+        if out != _NEED_ROW:
+            return out
+        if expand_row(N, S, W, work[meta + _NEED]) != OK:
+            return out
+
+
+level_native = njit(cache=True, nogil=True, _nrt=False)(_level_native) if _level is not None else None

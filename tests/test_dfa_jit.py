@@ -57,16 +57,18 @@ def test_kernels_load():
     assert load_kernels() is not None, "numba is installed but the native DFA is off (CONSTRAINED_JIT=0?)"
 
 
-def test_walk_kernels_record_the_dfa_kernels_they_compile_in() -> None:
-    # numba's cache of walk_kernels is keyed on that file only; it must change when dfa_kernels does
+@pytest.mark.parametrize("module, constant", [("dfa_kernels", "DFA_KERNELS_SHA256"), ("fsm_jit", "FSM_JIT_SHA256")])
+def test_walk_kernels_record_the_kernels_they_compile_in(module, constant) -> None:
+    # numba's cache of walk_kernels is keyed on that file only; it must change when the
+    # modules whose kernels it calls do
     import hashlib
     from pathlib import Path
 
     import constrained.walk_kernels as walk
 
-    source = (Path(walk.__file__).parent / "dfa_kernels.py").read_bytes()
-    assert walk.DFA_KERNELS_SHA256 == hashlib.sha256(source).hexdigest()[:16], (
-        "constrained/dfa_kernels.py changed: set walk_kernels.DFA_KERNELS_SHA256 to its new hash")
+    source = (Path(walk.__file__).parent / f"{module}.py").read_bytes()
+    assert getattr(walk, constant) == hashlib.sha256(source).hexdigest()[:16], (
+        f"constrained/{module}.py changed: set walk_kernels.{constant} to its new hash")
 
 
 @pytest.mark.parametrize("pattern", REGEXES)
