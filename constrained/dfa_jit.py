@@ -101,6 +101,11 @@ def _warm_up() -> None:
     dfa.intern_frames(False, [(dfa.nfa.rule_start[0], [])])     # loads `intern_frames` (an existing state)
     trie = VocabTrie.build([b"[", b"[1", b"12]", b"]"])
     dfa.walk_tokens(trie, np.array([-1], np.int32), np.array([dfa.initial], np.int32), False)
+    from constrained import fsm_jit                 # the slice views' level check (`level_native`)
+
+    moves = fsm_jit.flatten_moves([[(0, np.array([40]))]])
+    dfa.level_check(dfa.initial, True, 40, moves, np.array([40], np.int64),
+                    np.zeros(3 + fsm_jit.META_SIZE + fsm_jit.TAIL, np.int32))
 
 
 def native_dfa_class() -> type[LazyDFA] | None:
