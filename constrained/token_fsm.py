@@ -53,8 +53,10 @@ _MIN_BYTESET_SLICE = 8
 _MAX_MOVES = 1 << 12
 _MOVE_BYTES = 160
 # Unsorted ids up to this many are scanned for a token (as fast as a binary search);
-# longer ones are sorted on their first lookup.
+# longer ones are scanned on their first `_SCANS` lookups, then sorted: a sort cost 250 us
+# on average (maskbench-dev), a scan 5-40 us, and most states are left by one token.
 _MAX_SCAN = 4096
+_SCANS = 2
 # What a `TwinMasks` holds besides arrays (counted in `held_bytes`).
 _TWIN_BYTES = 200
 # Masks are shared between twins (`constrained.twins`) once the DFA has this many states: a
@@ -77,13 +79,14 @@ class StateMasks:
     and a token lookup in a short list is as fast as a scan (see `lookup`).
     """
 
-    __slots__ = ("_pairs", "_sorted", "view", "accepting", "bitmask", "allowed", "forced")
+    __slots__ = ("_pairs", "_sorted", "_scans", "view", "accepting", "bitmask", "allowed", "forced")
 
     def __init__(self, ids: np.ndarray, next: np.ndarray, view: SliceView | None, accepting: bool,
                  bitmask: np.ndarray, allowed: np.ndarray | None = None,
                  forced: tuple[int, ...] | None = None, sorted: bool = True) -> None:
         self._pairs = (ids, next)                 # swapped as one reference: readers never see a mix
         self._sorted = sorted
+        self._scans = 0                           # lookups of long unsorted ids so far
         self.view = view
         self.accepting = accepting
         self.bitmask = bitmask
@@ -102,7 +105,9 @@ class StateMasks:
     def lookup(self, token: int) -> int:
         """Next state of `token`, one of `ids` (-1 if it is not)."""
         ids, nxt = self._pairs
-        if not self._sorted and len(ids) <= _MAX_SCAN:
+        if not self._sorted and (len(ids) <= _MAX_SCAN or self._scans < _SCANS):
+            if len(ids) > _MAX_SCAN:
+                self._scans += 1
             hit = np.flatnonzero(ids == token)
             return int(nxt[hit[0]]) if len(hit) else -1
         ids, nxt = self._sorted_pairs()
