@@ -9,7 +9,7 @@ letting go of what only the parts built so far needed.
 Example:
     >>> from grammars.ast import Grammar, alt, literal, seq
     >>> from grammars.nfa import NFA
-    >>> late = alt(literal(b"y" * 30), literal(b"z"))
+    >>> late = alt(literal(b"y" * 200), literal(b"z"))
     >>> g = Grammar({"start": seq(literal(b"x"), late)}, info={"labels": {id(late): (late, "$.late")}})
     >>> nfa = NFA(g, lazy=True)
     >>> nfa.unbuilt
@@ -35,8 +35,12 @@ _COLUMNS = ("_eps_src", "_eps_dst", "_byte_src", "_byte_dst", "_byte_mask", "_ca
 
 # A labeled node (a subschema) of at least this many syntax nodes is built
 # lazily in an NFA made with ``lazy=True``: a FREE call to a rule whose body is
-# made when the DFA first reaches it (`NFA.build_lazy`).
-LAZY_MIN = 24
+# made when the DFA first reaches it (`NFA.build_lazy`). Each build also redoes the
+# whole NFA's arrays (`need`, CSR): on JsonSchemaStore---rustfmt (7,900 NFA states) a
+# member's body of 20-60 states took 0.4-1.5 ms to build in a mask. With 128 instead
+# of 24, maskbench-dev's walks took 7% less (fill + advance, 4,900 -> 4,560 ms in
+# process) and its time to first mask did not grow (p50 0.77 -> 0.75 ms).
+LAZY_MIN = 128
 # Inside a lazy body being built, only a subschema this large is deferred again: a body is
 # built whole unless that would make one mask slow (a Kubernetes definition's body took
 # 39 ms to build in one mask), as each build also redoes the NFA's arrays.

@@ -30,6 +30,10 @@ from constrained.dfa_jit import JitDFA  # noqa: E402
 
 CORPUS = Path(__file__).resolve().parent.parent / "bench" / "corpus"
 
+# The schemas of the tests of the mechanism defer parts from this many syntax nodes (their
+# size; `lazy.LAZY_MIN` is larger, a trade of build overhead against compile time).
+SMALL = 24
+
 NESTED = {
     "type": "object",
     "properties": {
@@ -56,8 +60,9 @@ def eager(monkeypatch):
     return compile_eager
 
 
-def test_subschemas_are_built_when_first_reached(vocabulary) -> None:
+def test_subschemas_are_built_when_first_reached(vocabulary, monkeypatch) -> None:
     vocab = vocabulary("llama-bpe")
+    monkeypatch.setattr(lazy, "LAZY_MIN", SMALL)
     clear_cache()
     fsm = compile_json_schema(NESTED, vocab)
     nfa = fsm.dfa.nfa
@@ -115,9 +120,10 @@ def fsm_masks(fsm, ids: list[int]) -> list[np.ndarray]:
     return out
 
 
-def test_byte_classes_split_when_a_late_rule_needs_it() -> None:
+def test_byte_classes_split_when_a_late_rule_needs_it(monkeypatch) -> None:
     """A deferred part with bytes nothing built before tells apart: the DFA's byte classes
     split when it is built, rows computed before keep their targets, and it matches exactly."""
+    monkeypatch.setattr(lazy, "LAZY_MIN", SMALL)
     late = alt(seq(literal(b"y" * 30), byte_range(ord("H"), ord("J"))), literal(b"z"))
     g = Grammar({"start": seq(literal(b"x"), late)}, info={"labels": {id(late): (late, "$.late")}})
     dfa = JitDFA(g)
@@ -230,10 +236,11 @@ def test_a_failed_prelude_build_leaves_the_nfa_as_it_was(vocabulary, monkeypatch
     assert nfa.num_states > before[0] and nfa.rule_start[1] >= 0 and len(nfa.rule_start) > before[2]
 
 
-def test_a_cached_lazy_nfa_keeps_no_per_edge_python_objects(vocabulary) -> None:
+def test_a_cached_lazy_nfa_keeps_no_per_edge_python_objects(vocabulary, monkeypatch) -> None:
     # between builds a lazy NFA's edges live in its numpy tables only, and the key tries kept
     # for its bodies as their words: a cached FSM then gives the cyclic GC little to walk
     vocab = vocabulary("llama-bpe")
+    monkeypatch.setattr(lazy, "LAZY_MIN", SMALL)
     clear_cache()
     schema = {"type": "object", "properties": {"name": {"type": "string"}, "size": NESTED["properties"]["size"]
                                                | {"additionalProperties": {"type": "integer"}}}}
