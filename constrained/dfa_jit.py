@@ -36,8 +36,12 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from constrained.fsm_jit import FALLBACK as _FALLBACK
+from constrained.fsm_jit import META_SIZE as _META_SIZE
 from constrained.fsm_jit import NEED as _NEED
 from constrained.fsm_jit import NEED_ROW as _NEED_ROW
+from constrained.fsm_jit import OK as _OK
+from constrained.fsm_jit import TAIL as _TAIL
 from grammars.deep import deep_call
 from grammars.dfa import DEAD, UNEXPANDED, LazyDFA
 from grammars.errors import StateBudgetError
@@ -104,8 +108,14 @@ def _warm_up() -> None:
     from constrained import fsm_jit                 # the slice views' level check (`level_native`)
 
     moves = fsm_jit.flatten_moves([[(0, np.array([40]))]])
-    dfa.level_check(dfa.initial, True, 40, moves, np.array([40], np.int64),
-                    np.zeros(3 + fsm_jit.META_SIZE + fsm_jit.TAIL, np.int32))
+    first = np.array([40], np.int64)
+    dfa.level_check(dfa.initial, True, 40, moves, first, np.zeros(3 + fsm_jit.META_SIZE + fsm_jit.TAIL, np.int32))
+    if _kernels.view_native is not None:            # ... and their chain (`view_rows`)
+        _kernels.view_native(int(dfa.initial), 40, moves, np.array([0, len(moves)], np.int64), first,
+                             np.array([0, 1], np.int64), np.zeros(1, np.int64), 0, 1, dfa.byte_class, dfa._N,
+                             dfa._S, dfa._W, np.zeros(3 + fsm_jit.META_SIZE + fsm_jit.TAIL, np.int32),
+                             np.empty((2, 1), np.int32), np.empty(2, np.int64), np.empty(2, np.int64),
+                             np.zeros(256, np.bool_))
 
 
 def native_dfa_class() -> type[LazyDFA] | None:
@@ -437,11 +447,38 @@ class JitDFA(LazyDFA):
         if self._k.level_native is None:
             return None
         while True:
-            out = self._k.level_native(q, lenient, max_excluded, moves, first_bytes, self.byte_class,
+            out = self._k.level_native(int(q), bool(lenient), int(max_excluded), moves, first_bytes, self.byte_class,
                                        self._N, self._S, self._W, work)
             if out != _NEED_ROW:
                 return int(out)
             self.expand((int(work[2 * (moves[0] - 1) + 1 + _NEED]),))
+
+    def view_rows(self, q: int, sl, max_excluded: int, buckets: tuple[int, ...]):
+        """`slice_view.slice_view`'s chain of rows for state `q` and slice `sl` in one kernel
+        call (`walk_kernels.view_native`): (rows, cycle, capacity, excluded), None where `q`
+        has no view, False where the caller must take its Python path (an equivalence proof,
+        or kernels that did not load)."""
+        kernel = self._k.view_native
+        if kernel is None:
+            return False
+        moves_all, moves_off, first_all, first_off, levels = sl.packed_levels(buckets)
+        limit = len(sl.used_from) - 1
+        n = len(sl.table)
+        work = np.zeros(2 * n + 1 + _META_SIZE + _TAIL, np.int32)
+        rows = np.empty((limit + 2, n), np.int32)
+        seen, seen_row = np.empty(limit + 2, np.int64), np.empty(limit + 2, np.int64)
+        excluded = np.zeros(256, np.bool_)
+        while True:
+            status, n_rows, start, period, capacity, has_excl = kernel(
+                int(q), int(max_excluded), moves_all, moves_off, first_all, first_off, levels, limit, int(sl.max_started),
+                self.byte_class, self._N, self._S, self._W, work, rows, seen, seen_row, excluded)
+            if status != _NEED_ROW:
+                break
+            self.expand((int(work[2 * n + 1 + _NEED]),))
+        if status == _OK:
+            return (rows[:n_rows].copy(), (int(start), int(period)) if start >= 0 else None, int(capacity),
+                    excluded if has_excl else None)
+        return False if status == _FALLBACK else None
 
     # -- the trie walk ----------------------------------------------------------
 

@@ -121,8 +121,17 @@ def slice_view(dfa, q: int, sl: Slice, memo: dict, first: np.ndarray) -> SliceVi
     """The `SliceView` of state `q`, or None when `q` does not follow the slice regularly.
 
     `memo` caches per-state character steps across calls (one dict per FSM);
-    `first` holds each token's first byte.
+    `first` holds each token's first byte. The native DFA computes the whole chain in
+    one kernel call (`JitDFA.view_rows`), without the memo.
     """
+    native = getattr(dfa, "view_rows", None)
+    if native is not None and fsm_jit.load_kernels() is not None:
+        got = native(q, sl, MAX_EXCLUDED, _BUCKETS)
+        if got is None:
+            return None
+        if got is not False:
+            rows, cycle, capacity, excluded = got
+            return SliceView(sl, rows, cycle, capacity, excluded, first)
     key = (q, sl.name, "first")
     level0 = memo.get(key, _MISSING)
     if level0 is _MISSING:

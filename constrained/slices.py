@@ -196,6 +196,22 @@ class Slice:
             self._moves_at[key] = out
         return out
 
+    def packed_levels(self, buckets: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+        """`flat_moves_at` and `first_bytes_at` of each level bucket (those up to the last
+        level), concatenated, with their offsets: the whole chain of a `slice_view` for the
+        native DFA's kernel (`walk_kernels.view_native`, cached)."""
+        key = ("packed", buckets)
+        out = self._moves_at.get(key)
+        if out is None:
+            levels = [b for b in buckets if b <= len(self.used_from) - 1] or [0]
+            moves = [self.flat_moves_at(b) for b in levels]
+            first = [self.first_bytes_at(b).astype(np.int64) for b in levels]
+            out = self._moves_at[key] = (
+                np.concatenate(moves).astype(np.int32), np.cumsum([0] + [len(m) for m in moves]).astype(np.int64),
+                np.concatenate(first), np.cumsum([0] + [len(f) for f in first]).astype(np.int64),
+                np.array(levels, np.int64))
+        return out
+
     def exit_cells(self, cycle: tuple[int, int] | None, n_rows: int, row_index) -> np.ndarray:
         """Flat index into a view's `rows` (`n_rows` x n_states) of each exit's state before its byte.
 

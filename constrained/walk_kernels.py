@@ -24,7 +24,7 @@ from numba import njit
 from constrained import fsm_jit
 from constrained.dfa_kernels import OK, UNEXPANDED, mix, expand_row
 
-__all__ = ["walk_native", "equivalent", "level_native", "DFA_KERNELS_SHA256", "FSM_JIT_SHA256"]
+__all__ = ["walk_native", "equivalent", "level_native", "view_native", "DFA_KERNELS_SHA256", "FSM_JIT_SHA256"]
 
 # sha256 of constrained/dfa_kernels.py and constrained/fsm_jit.py (whose `level` kernel
 # `level_native` calls), first 16 hex digits (see the module docstring)
@@ -34,6 +34,7 @@ FSM_JIT_SHA256 = "20ac15f236f5026f"
 _fsm_kernels = fsm_jit.load_kernels()
 _level = _fsm_kernels.level if _fsm_kernels is not None else None
 _NEED_ROW, _NEED, _META_SIZE = fsm_jit.NEED_ROW, fsm_jit.NEED, fsm_jit.META_SIZE
+_OK_LEVEL, _CLOSED_LEVEL, _SUCC, _STAGE, _EXCL = fsm_jit.OK, fsm_jit.CLOSED, fsm_jit.SUCC, fsm_jit.STAGE, fsm_jit.EXCL
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -189,3 +190,78 @@ def _level_native(q, lenient, max_excluded, moves, first_bytes, byte_class, N, S
 
 
 level_native = njit(cache=True, nogil=True, _nrt=False)(_level_native) if _level is not None else None
+_level_native = level_native              # (called by `view_native` under this name)
+
+
+def _view_native(q, max_excluded, moves_all, moves_off, first_all, first_off, levels, limit, max_started,
+                 byte_class, N, S, W, work, rows, seen, seen_row, excluded):  # pragma: no cover
+    """`slice_view.slice_view`'s chain of rows in one call: the lenient first character from
+    `q`, then one character at a time until the rows loop, a counter closes or `limit`.
+
+    `moves_all`/`first_all` hold each level bucket's moves and first bytes (`Slice.packed_levels`,
+    bucket i from `levels[i]` characters on, at `moves_off[i]`/`first_off[i]`). Fills `rows`
+    (its last row all -1) and, when the first character excludes bytes, `excluded`. Returns
+    (status, rows, cycle start (-1: none), cycle period, capacity, whether bytes are excluded):
+    OK; NONE or CLOSED from the first character (no view) or NONE later; FALLBACK (an
+    equivalence proof is needed: the caller's Python path); NEED_ROW (a table must grow
+    first, work[meta + NEED] the state: grow and call again)."""
+    n = moves_all[0] - 1
+    meta = 2 * n + 1
+    excl = meta + _META_SIZE
+    for i in range(len(work)):
+        work[i] = 0
+    out = _level_native(q, True, max_excluded, moves_all[moves_off[0]:moves_off[1]],
+                        first_all[first_off[0]:first_off[1]], byte_class, N, S, W, work)
+    if out != _OK_LEVEL:
+        return out, 0, -1, 0, 0, False
+    has_excl = work[meta + _EXCL] != 0
+    if has_excl:
+        for b in range(256):
+            excluded[b] = work[excl + b] != 0
+    for a in range(n):
+        rows[0, a] = work[a]
+    succ = work[meta + _SUCC]
+    n_seen = 0
+    if not has_excl:                      # row 0 may exclude first bytes: then it is no loop target
+        seen[0] = q
+        seen_row[0] = 0
+        n_seen = 1
+    n_rows = 1
+    start, period, capacity = -1, 0, max_started
+    while n_rows <= limit:
+        found = -1
+        for i in range(n_seen):
+            if seen[i] == succ:
+                found = seen_row[i]
+                break
+        if found >= 0:                    # back to an earlier row: a loop
+            start, period = found, n_rows - found
+            break
+        seen[n_seen] = succ
+        seen_row[n_seen] = n_rows
+        n_seen += 1
+        b = 0
+        while b + 1 < len(levels) and levels[b + 1] <= n_rows:
+            b += 1
+        work[meta + _STAGE] = 0
+        out = _level_native(succ, False, max_excluded, moves_all[moves_off[b]:moves_off[b + 1]],
+                            first_all[first_off[b]:first_off[b + 1]], byte_class, N, S, W, work)
+        if out == _CLOSED_LEVEL:          # a counter ran out: nothing more fits
+            for a in range(n):
+                rows[n_rows, a] = -1
+            rows[n_rows, 0] = succ
+            n_rows += 1
+            capacity = n_rows - 1
+            break
+        if out != _OK_LEVEL:
+            return out, 0, -1, 0, 0, False
+        for a in range(n):
+            rows[n_rows, a] = work[a]
+        n_rows += 1
+        succ = work[meta + _SUCC]
+    for a in range(n):
+        rows[n_rows, a] = -1
+    return _OK_LEVEL, n_rows + 1, start, period, capacity, has_excl
+
+
+view_native = njit(cache=True, nogil=True, _nrt=False)(_view_native) if _level is not None else None

@@ -27,10 +27,16 @@ pytestmark = requires_jit
 
 def _cases() -> list[tuple[str, object, int, list[bytes]]]:
     cases = [(p, regex_grammar(p), 64, [t.encode() for t in texts]) for p, texts in REGEXES]
-    for case in BENCH_CASES[:8]:
-        g = json_schema_grammar(case["schema"])
-        texts = [json.dumps(v, ensure_ascii=False).encode() for v in case["instances"]]
-        cases.append((case["name"], g, g.info["max_depth"], texts))
+    # keys that must differ from the declared names (first bytes excluded from a view) and
+    # short maximum lengths (views whose counter closes)
+    keys = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 3}, "nick": {"type": "string"}},
+            "additionalProperties": {"type": "string", "minLength": 2, "maxLength": 6}}
+    schemas = [(case["name"], case["schema"], case["instances"]) for case in BENCH_CASES[:8]]
+    schemas.append(("keys", keys, [{"name": "abc", "nick": "x", "other": "yz"}, {"nab": "ééé", "n": "éé"}]))
+    for name, schema, instances in schemas:
+        g = json_schema_grammar(schema)
+        texts = [json.dumps(v, ensure_ascii=False).encode() for v in instances]
+        cases.append((name, g, g.info["max_depth"], texts))
     return cases
 
 
@@ -56,6 +62,10 @@ def test_kernels_match_numpy(name, dfa_kind, vocabulary, monkeypatch):
 
     dfa_class = LazyDFA if dfa_kind == "lazy" else native_dfa_class()
     assert dfa_class is not None
+    chains = []                                   # the native DFA's views, from `view_rows` in one kernel call
+    if dfa_kind == "native":
+        view_rows = dfa_class.view_rows
+        monkeypatch.setattr(dfa_class, "view_rows", lambda self, *a: chains.append(view_rows(self, *a)) or chains[-1])
     assert fsm_jit.load_kernels() is not None, "numba is installed but the kernels are off (CONSTRAINED_JIT=0?)"
     vocab = vocabulary(name)
     # each state's own masks (`_compute`), not a twin's shared ones (`constrained.twins`)
@@ -76,6 +86,9 @@ def test_kernels_match_numpy(name, dfa_kind, vocabulary, monkeypatch):
             checked += 1
             viewed += want.view is not None
     assert checked > 300 and viewed > 100, (checked, viewed)
+    if dfa_kind == "native":
+        rows = [c for c in chains if c not in (None, False)]
+        assert len(rows) > 100 and any(c[3] is not None for c in rows) and any(c[1] is None for c in rows)
 
 
 def test_flatten_moves_layout():
