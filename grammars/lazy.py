@@ -37,10 +37,11 @@ _COLUMNS = ("_eps_src", "_eps_dst", "_byte_src", "_byte_dst", "_byte_mask", "_ca
 # lazily in an NFA made with ``lazy=True``: a FREE call to a rule whose body is
 # made when the DFA first reaches it (`NFA.build_lazy`). Each build also redoes the
 # whole NFA's arrays (`need`, CSR): on JsonSchemaStore---rustfmt (7,900 NFA states) a
-# member's body of 20-60 states took 0.4-1.5 ms to build in a mask. With 128 instead
-# of 24, maskbench-dev's walks took 7% less (fill + advance, 4,900 -> 4,560 ms in
-# process) and its time to first mask did not grow (p50 0.77 -> 0.75 ms).
-LAZY_MIN = 128
+# member's body of 20-60 states took 0.4-1.5 ms to build in a mask. A threshold of
+# 128 made maskbench-dev's masks 4-7% faster but its time to first mask in
+# `python -m bench masks` (each engine in its own worker, caches cold) 4-5% slower,
+# per schema, against llguidance (1.00-1.03x instead of 0.96x, two runs each): kept at 24.
+LAZY_MIN = 24
 # Inside a lazy body being built, only a subschema this large is deferred again: a body is
 # built whole unless that would make one mask slow (a Kubernetes definition's body took
 # 39 ms to build in one mask), as each build also redoes the NFA's arrays.

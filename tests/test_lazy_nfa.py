@@ -31,7 +31,7 @@ from constrained.dfa_jit import JitDFA  # noqa: E402
 CORPUS = Path(__file__).resolve().parent.parent / "bench" / "corpus"
 
 # The schemas of the tests of the mechanism defer parts from this many syntax nodes (their
-# size; `lazy.LAZY_MIN` is larger, a trade of build overhead against compile time).
+# size; whatever `lazy.LAZY_MIN` is, a trade of build overhead against compile time).
 SMALL = 24
 
 NESTED = {
