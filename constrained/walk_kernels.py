@@ -1,7 +1,9 @@
 """numba kernels that walk the native lazy DFA, computing its rows as they meet them.
 
 `walk_native` is the trie walk of a state's first mask; `equivalent` the
-bounded product walk that proves two states equivalent. Both take the DFA's
+bounded product walk that proves two states equivalent; `level_native` and
+`view_native` a slice view's level check (`constrained.fsm_jit`) and its whole
+chain of rows (`constrained.slice_view`). They take the DFA's
 argument tuples (``N``, ``S``, ``W``: see `constrained.dfa_kernels`) and
 compute missing rows in place with `dfa_kernels.expand_row`; when a table must
 grow first, or a lazy rule must be built (`dfa_kernels.BUILD_RULE`), they
