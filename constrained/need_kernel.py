@@ -8,7 +8,7 @@
 - `byte_classes_native` and `forward_native`: the byte classes with their
   mask table, and canonical return states, for `constrained.dfa_jit.JitDFA`.
 
-`constrained.dfa_jit.load_kernels` installs them as `grammars.nfa.NFA`'s
+`constrained.dfa_loader.load_kernels` installs them as `grammars.nfa.NFA`'s
 `need_kernel`, `need_columns_kernel`, `csr_kernel` and `finish_kernel` (and in the JitDFA's
 kernels), so that every NFA built afterwards uses them; `grammars` itself
 never imports numba or this package. Each gives what the Python version gives

@@ -211,6 +211,7 @@ def test_walk_tokens_steps_from_states_before_the_nodes(vocabulary):
 def test_kernels_that_fail_to_load_fall_back_to_the_python_dfa(monkeypatch):
     """A kernel build error warns once and compiling goes on with `LazyDFA` (same answers)."""
     import constrained.dfa_jit as dfa_jit
+    import constrained.dfa_loader as dfa_loader
     from constrained.compile import compile_grammar
     from types import SimpleNamespace
 
@@ -219,9 +220,9 @@ def test_kernels_that_fail_to_load_fall_back_to_the_python_dfa(monkeypatch):
 
     from grammars.nfa import NFA
 
-    monkeypatch.setattr(dfa_jit, "_loaded", False)
-    monkeypatch.setattr(dfa_jit, "_kernels", None)
-    monkeypatch.setattr(dfa_jit, "_warm_up", broken)
+    monkeypatch.setattr(dfa_loader, "_loaded", False)
+    monkeypatch.setattr(dfa_loader, "_kernels", None)
+    monkeypatch.setattr(dfa_loader, "_warm_up", broken)
     for name in ("need_kernel", "need_columns_kernel", "csr_kernel", "finish_kernel"):
         monkeypatch.setattr(NFA, name, getattr(NFA, name))      # restored afterwards
     with pytest.warns(RuntimeWarning, match="no LLVM for this CPU"):
