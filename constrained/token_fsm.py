@@ -369,13 +369,14 @@ class TokenFSM:
         if state < 0:
             return StateMasks(_EMPTY, _EMPTY, None, False, np.zeros(self.index.n_words, np.int32),
                               allowed=_EMPTY, forced=())
-        dfa.expand(np.array([state], dtype=np.int32))
-        accepting = bool(dfa.is_accepting(state))
         native = getattr(dfa, "walk_tokens", None)      # a JitDFA walks and expands in one kernel
         # a document's start: its leading whitespace the short way, no slice looked for. 10 of
         # the dev corpus' 564 starts had a slice view (number and any-value roots), and the walk
         # is faster there too (an integer root's first mask and compile: 226 -> 150 us)
         lead = native is not None and self._lead is not None and state == self.initial
+        if not lead:                 # (the lead walk's kernel expands the row itself: one call less)
+            dfa.expand(np.array([state], dtype=np.int32))
+        accepting = bool(dfa.is_accepting(state))
         view = None if lead else self._find_view(state)
         walk_args = (dfa.byte_class, lambda: dfa.table, dfa.expand)
         trie = self.index.trie

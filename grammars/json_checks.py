@@ -54,14 +54,15 @@ def _is_schema(v: Any) -> bool:
 
 
 def _shape_errors(s: dict, path: str) -> None:
+    # (no closure or key set made for a subschema without errors: this runs for every one of them)
+    if not _TYPED.isdisjoint(s):
+        _type_errors(s, path)
+    if _SHAPED.isdisjoint(s):
+        return
+
     def bad(key: str, what: str) -> InvalidSchemaError:
         return InvalidSchemaError(f"`{key}` must be {what}", path, s[key])
 
-    keys = s.keys()
-    if keys & _TYPED:
-        _type_errors(s, path, bad)
-    if not keys & _SHAPED:
-        return
     for key in _NONNEG_INT:
         if key in s and (not isinstance(s[key], int) or isinstance(s[key], bool) or s[key] < 0):
             if not (isinstance(s[key], float) and s[key].is_integer() and s[key] >= 0):
@@ -90,7 +91,10 @@ def _shape_errors(s: dict, path: str) -> None:
         raise bad("items", "a schema or an array of schemas")
 
 
-def _type_errors(s: dict, path: str, bad: Any) -> None:
+def _type_errors(s: dict, path: str) -> None:
+    def bad(key: str, what: str) -> InvalidSchemaError:
+        return InvalidSchemaError(f"`{key}` must be {what}", path, s[key])
+
     if "type" in s:
         t = s["type"]
         names = [t] if isinstance(t, str) else t
@@ -110,7 +114,7 @@ def _type_errors(s: dict, path: str, bad: Any) -> None:
 
 def _unsupported(s: dict) -> list[str]:
     """Keywords of `s` that would constrain instances in ways we cannot encode."""
-    if not s.keys() & _MAYBE_UNSUPPORTED:
+    if _MAYBE_UNSUPPORTED.isdisjoint(s):
         return []
     out = []
     trivial = {"dependentRequired": {}, "dependentSchemas": {}, "dependencies": {}}
@@ -196,6 +200,13 @@ def _edits(a: str, b: str, limit: int) -> int:
     return prev[-1] if prev[-1] <= limit else limit + 1
 
 
+def _note(notes: list[SchemaNote] | None, note: SchemaNote) -> None:
+    if notes is not None:
+        notes.append(note)
+    else:
+        warnings.warn(note, stacklevel=4)
+
+
 def check_schema(s: dict, path: str, approximate: bool, warn_unknown: bool = True,
                  notes: list[SchemaNote] | None = None, draft: int = 2020) -> dict:
     """Validate keyword shapes; raise (or, when approximating, drop) unsupported ones.
@@ -203,21 +214,22 @@ def check_schema(s: dict, path: str, approximate: bool, warn_unknown: bool = Tru
     Ignored and dropped keywords are appended to `notes` (warned when it is None).
     `draft` (`json_refs.draft_of`): keywords of that draft only (`id`, draft-04's `$id`) are known too.
     """
-    note = notes.append if notes is not None else (lambda n: warnings.warn(n, stacklevel=4))
     _shape_errors(s, path)
-    if s.keys() & _SHAPED:
+    if not _SHAPED.isdisjoint(s):
         floats = {k: int(s[k]) for k in _NONNEG_INT if isinstance(s.get(k), float)}
         s = {**s, **floats} if floats else s
     drop = _unsupported(s)
     if drop and not approximate:
         raise UnsupportedSchemaError(drop[0], path, _why(drop[0], s, path))
-    for key in s if warn_unknown else ():
-        if key not in KNOWN_KEYWORDS and key not in _DRAFT_KEYWORDS.get(draft, ()):
-            vendor = key.startswith("x-")
-            note(SchemaNote(key, path, "vendor" if vendor else "unknown", suggestion=None if vendor else _likely(key)))
+    if warn_unknown and not KNOWN_KEYWORDS.issuperset(s):
+        for key in s:
+            if key not in KNOWN_KEYWORDS and key not in _DRAFT_KEYWORDS.get(draft, ()):
+                vendor = key.startswith("x-")
+                _note(notes, SchemaNote(key, path, "vendor" if vendor else "unknown",
+                                        suggestion=None if vendor else _likely(key)))
     if not drop:
         return s
     for key in drop:
-        note(SchemaNote(key, path, "approximated"))
+        _note(notes, SchemaNote(key, path, "approximated"))
     gone = set(drop) | ({"then", "else"} if "if" in drop else set())
     return {k: v for k, v in s.items() if k not in gone}

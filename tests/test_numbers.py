@@ -209,3 +209,22 @@ def test_large_lower_bounds_with_a_multiple_of_compile_exactly(schema):
                           (first * 10, True), (first * 1000 + k, True)):
             assert dfa.matches(str(value).encode()) is ok, (schema, value)
             assert check.is_valid(value) is ok
+
+
+def test_integer_subschemas_share_one_tree_and_each_keeps_its_bounds():
+    """Integer ranges are memoized across schemas (`json_numbers.integer_multiples`): two
+    properties with the same range get one tree, another range its own, and each still holds
+    exactly its values."""
+    from grammars.json_numbers import integer_multiples
+
+    assert integer_multiples(0, None, 1) is integer_multiples(0, None, 1)
+    assert integer_multiples(0, None, 1) is not integer_multiples(1, None, 1)
+    schema = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0},
+                                               "b": {"type": "integer", "minimum": 0},
+                                               "c": {"type": "integer", "minimum": 1, "maximum": 12}},
+              "required": ["a", "b", "c"], "additionalProperties": False}
+    dfa = LazyDFA(json_schema_grammar(schema, whitespace="compact"))
+    for doc in ({"a": 0, "b": 7, "c": 12}, {"a": 10, "b": 0, "c": 1}, {"a": -1, "b": 0, "c": 1},
+                {"a": 0, "b": -3, "c": 1}, {"a": 0, "b": 0, "c": 0}, {"a": 0, "b": 0, "c": 13}):
+        text = json.dumps(doc, separators=(",", ":")).encode()
+        assert dfa.is_accepting(dfa.walk(dfa.initial, text)) == jsonschema.Draft202012Validator(schema).is_valid(doc)
