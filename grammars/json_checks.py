@@ -36,13 +36,8 @@ _OTHER = ("type", "enum", "const", "required", "pattern", "format", "multipleOf"
           "exclusiveMinimum", "exclusiveMaximum", "$ref", "dependentRequired", "dependencies",
           "$dynamicRef", "$recursiveRef", "$recursiveAnchor")
 KNOWN_KEYWORDS = frozenset(_NONNEG_INT + _NUMBER + _SCHEMA_MAP + _SCHEMA_LIST + _SCHEMA + _OTHER) | ANNOTATIONS
-# Keywords the loops below look at: most subschemas (`{"type": "string", "description": ...}`)
-# have none of them, and skip those loops (a tenth of compiling a median schema's grammar).
-_SHAPED = frozenset(_NONNEG_INT + _NUMBER + _SCHEMA_MAP + _SCHEMA_LIST + _SCHEMA
-                    + ("exclusiveMinimum", "exclusiveMaximum", "multipleOf", "items"))
 _MAYBE_UNSUPPORTED = frozenset(("dependentSchemas", "dependentRequired", "dependencies", "$dynamicRef",
                                 "$recursiveRef", "if"))     # (`unevaluated*`: `Compiler._unevaluated`)
-_TYPED = frozenset(("type", "required", "enum", "pattern", "format", "$ref", "uniqueItems"))
 
 
 def _is_number(v: Any) -> bool:
@@ -53,63 +48,80 @@ def _is_schema(v: Any) -> bool:
     return isinstance(v, (dict, bool))
 
 
+def _nonneg_int(v: Any) -> bool:
+    if isinstance(v, int):
+        return v >= 0 and not isinstance(v, bool)
+    return isinstance(v, float) and v.is_integer() and v >= 0
+
+
+def _schema_map(v: Any) -> bool:
+    if not isinstance(v, dict):
+        return False
+    for x in v.values():
+        if not isinstance(x, (dict, bool)):
+            return False
+    return True
+
+
+def _schema_list(v: Any) -> bool:
+    if not isinstance(v, list):
+        return False
+    for x in v:
+        if not isinstance(x, (dict, bool)):
+            return False
+    return True
+
+
+def _type_names(t: Any) -> bool:
+    if isinstance(t, str):
+        return t in TYPES
+    if not isinstance(t, list):
+        return False
+    for n in t:
+        if not (isinstance(n, str) and n in TYPES):
+            return False
+    return len(set(t)) == len(t)
+
+
+def _strings(v: Any) -> bool:
+    if not isinstance(v, list):
+        return False
+    for x in v:
+        if not isinstance(x, str):
+            return False
+    return True
+
+
+# keyword -> (whether its value is well-formed, what it must be): each subschema's own keys are
+# looked up here (a few per subschema), instead of testing it for every keyword checked
+_CHECKS: dict[str, tuple[Any, str]] = {
+    **{k: (_nonneg_int, "a non-negative integer") for k in _NONNEG_INT},
+    **{k: (_is_number, "a number") for k in _NUMBER},
+    **{k: (lambda v: _is_number(v) or isinstance(v, bool), "a number (or a boolean in draft 4)")
+       for k in ("exclusiveMinimum", "exclusiveMaximum")},
+    "multipleOf": (lambda v: _is_number(v) and v > 0, "a number greater than 0"),
+    **{k: (_schema_map, "an object whose values are schemas") for k in _SCHEMA_MAP},
+    **{k: (_schema_list, "an array of schemas") for k in _SCHEMA_LIST},
+    **{k: (_is_schema, "a schema (an object or a boolean)") for k in _SCHEMA},
+    "items": (lambda v: _is_schema(v) or _schema_list(v), "a schema or an array of schemas"),
+    "type": (_type_names, f"a type name or a list of unique type names from {list(TYPES)}"),
+    "required": (_strings, "an array of strings"),
+    "enum": (lambda v: isinstance(v, list), "an array"),
+    **{k: (lambda v: isinstance(v, str), "a string") for k in ("pattern", "format", "$ref")},
+    "uniqueItems": (lambda v: isinstance(v, bool), "a boolean"),
+}
+_NON_EMPTY = frozenset(("allOf", "anyOf", "oneOf"))
+_NONNEG_INT_KEYS = frozenset(_NONNEG_INT)
+
+
 def _shape_errors(s: dict, path: str) -> None:
-    # (no closure or key set made for a subschema without errors: this runs for every one of them)
-    if not _TYPED.isdisjoint(s):
-        _type_errors(s, path)
-    if _SHAPED.isdisjoint(s):
-        return
-
-    def bad(key: str, what: str) -> InvalidSchemaError:
-        return InvalidSchemaError(f"`{key}` must be {what}", path, s[key])
-
-    for key in _NONNEG_INT:
-        if key in s and (not isinstance(s[key], int) or isinstance(s[key], bool) or s[key] < 0):
-            if not (isinstance(s[key], float) and s[key].is_integer() and s[key] >= 0):
-                raise bad(key, "a non-negative integer")
-    for key in _NUMBER:
-        if key in s and not _is_number(s[key]):
-            raise bad(key, "a number")
-    for key in ("exclusiveMinimum", "exclusiveMaximum"):
-        if key in s and not (_is_number(s[key]) or isinstance(s[key], bool)):
-            raise bad(key, "a number (or a boolean in draft 4)")
-    if "multipleOf" in s and (not _is_number(s["multipleOf"]) or s["multipleOf"] <= 0):
-        raise bad("multipleOf", "a number greater than 0")
-    for key in _SCHEMA_MAP:
-        if key in s and not (isinstance(s[key], dict) and all(_is_schema(v) for v in s[key].values())):
-            raise bad(key, "an object whose values are schemas")
-    for key in _SCHEMA_LIST:
-        if key in s and not (isinstance(s[key], list) and all(_is_schema(v) for v in s[key])):
-            raise bad(key, "an array of schemas")
-        if key in ("allOf", "anyOf", "oneOf") and key in s and not s[key]:
-            raise bad(key, "a non-empty array")
-    for key in _SCHEMA:
-        if key in s and not _is_schema(s[key]):
-            raise bad(key, "a schema (an object or a boolean)")
-    if "items" in s and not (_is_schema(s["items"]) or (
-            isinstance(s["items"], list) and all(_is_schema(v) for v in s["items"]))):
-        raise bad("items", "a schema or an array of schemas")
-
-
-def _type_errors(s: dict, path: str) -> None:
-    def bad(key: str, what: str) -> InvalidSchemaError:
-        return InvalidSchemaError(f"`{key}` must be {what}", path, s[key])
-
-    if "type" in s:
-        t = s["type"]
-        names = [t] if isinstance(t, str) else t
-        if not isinstance(names, list) or not all(isinstance(n, str) and n in TYPES for n in names) \
-                or len(set(names)) != len(names):
-            raise bad("type", f"a type name or a list of unique type names from {list(TYPES)}")
-    if "required" in s and not (isinstance(s["required"], list) and all(isinstance(r, str) for r in s["required"])):
-        raise bad("required", "an array of strings")
-    if "enum" in s and not isinstance(s["enum"], list):
-        raise bad("enum", "an array")
-    for key in ("pattern", "format", "$ref"):
-        if key in s and not isinstance(s[key], str):
-            raise bad(key, "a string")
-    if "uniqueItems" in s and not isinstance(s["uniqueItems"], bool):
-        raise bad("uniqueItems", "a boolean")
+    checks = _CHECKS
+    for key, value in s.items():
+        check = checks.get(key)
+        if check is not None and not check[0](value):
+            raise InvalidSchemaError(f"`{key}` must be {check[1]}", path, value)
+        if not value and key in _NON_EMPTY and isinstance(value, list):
+            raise InvalidSchemaError(f"`{key}` must be a non-empty array", path, value)
 
 
 def _unsupported(s: dict) -> list[str]:
@@ -215,7 +227,7 @@ def check_schema(s: dict, path: str, approximate: bool, warn_unknown: bool = Tru
     `draft` (`json_refs.draft_of`): keywords of that draft only (`id`, draft-04's `$id`) are known too.
     """
     _shape_errors(s, path)
-    if not _SHAPED.isdisjoint(s):
+    if not _NONNEG_INT_KEYS.isdisjoint(s):
         floats = {k: int(s[k]) for k in _NONNEG_INT if isinstance(s.get(k), float)}
         s = {**s, **floats} if floats else s
     drop = _unsupported(s)
