@@ -546,7 +546,7 @@ class Compiler:
         nodes = []
         for v in s["enum"]:
             t = json_type(v)
-            if t not in allowed or t in excluded_types or json.dumps(v, sort_keys=True) in gone:
+            if t not in allowed or t in excluded_types or (gone and json.dumps(v, sort_keys=True) in gone):
                 continue
             if rest and not self.accepts(rest, v, path, base):
                 continue
