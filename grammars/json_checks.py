@@ -54,22 +54,20 @@ def _nonneg_int(v: Any) -> bool:
     return isinstance(v, float) and v.is_integer() and v >= 0
 
 
-def _schema_map(v: Any) -> bool:
-    if not isinstance(v, dict):
-        return False
-    for x in v.values():
-        if not isinstance(x, (dict, bool)):
+def _each(values: Any, types: Any) -> bool:
+    """Whether every one of `values` is an instance of `types` (a loop: no generator per call)."""
+    for x in values:
+        if not isinstance(x, types):
             return False
     return True
+
+
+def _schema_map(v: Any) -> bool:
+    return isinstance(v, dict) and _each(v.values(), (dict, bool))
 
 
 def _schema_list(v: Any) -> bool:
-    if not isinstance(v, list):
-        return False
-    for x in v:
-        if not isinstance(x, (dict, bool)):
-            return False
-    return True
+    return isinstance(v, list) and _each(v, (dict, bool))
 
 
 def _type_names(t: Any) -> bool:
@@ -81,15 +79,6 @@ def _type_names(t: Any) -> bool:
         if not (isinstance(n, str) and n in TYPES):
             return False
     return len(set(t)) == len(t)
-
-
-def _strings(v: Any) -> bool:
-    if not isinstance(v, list):
-        return False
-    for x in v:
-        if not isinstance(x, str):
-            return False
-    return True
 
 
 # keyword -> (whether its value is well-formed, what it must be): each subschema's own keys are
@@ -105,7 +94,7 @@ _CHECKS: dict[str, tuple[Any, str]] = {
     **{k: (_is_schema, "a schema (an object or a boolean)") for k in _SCHEMA},
     "items": (lambda v: _is_schema(v) or _schema_list(v), "a schema or an array of schemas"),
     "type": (_type_names, f"a type name or a list of unique type names from {list(TYPES)}"),
-    "required": (_strings, "an array of strings"),
+    "required": (lambda v: isinstance(v, list) and _each(v, str), "an array of strings"),
     "enum": (lambda v: isinstance(v, list), "an array"),
     **{k: (lambda v: isinstance(v, str), "a string") for k in ("pattern", "format", "$ref")},
     "uniqueItems": (lambda v: isinstance(v, bool), "a boolean"),

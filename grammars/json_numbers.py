@@ -115,8 +115,15 @@ def _nonneg_int_range(lo: int, hi: int | None) -> Node:
     return alt(*parts)
 
 
+@lru_cache(maxsize=1024)
 def int_range(lo: int | None, hi: int | None) -> Node:
     """Canonical JSON integers in [lo, hi] (None: unbounded). `-0` is excluded.
+
+    Memoized (a tree of O(digits) nodes): syntax trees are immutable, and real schemas
+    repeat their integer ranges (870 of maskbench-dev's 1,026 integer subschemas are
+    unbounded, and ``minimum: 0`` makes most of the rest), so each range's tree is built
+    once per process and the same object serves every schema, as `ANY_NUMBER` does.
+    (`integer_multiples` with other divisors is not: an enumerated range can be large.)
 
     Example:
         >>> int_range(0, 9) == DIGIT
@@ -394,18 +401,12 @@ def literal_set(words: Iterable[bytes]) -> Node:
 ENUMERATION_LIMIT = 4096
 
 
-@lru_cache(maxsize=1024)
 def integer_multiples(lo: int | None, hi: int | None, k: int) -> Node | None:
     """Canonical integers in [lo, hi] divisible by k; None when not exact/cheap.
 
     Bounded ranges with few multiples are enumerated; otherwise k must divide a
     power of ten (2^a 5^b) so the last digits decide, and the range must be one
     side of zero.
-
-    Memoized: syntax trees are immutable, and real schemas repeat their integer
-    ranges (870 of maskbench-dev's 1,026 integer subschemas are unbounded, and
-    ``minimum: 0`` makes most of the rest), so each range's tree is built once per
-    process and the same object serves every schema, as `ANY_NUMBER` does.
     """
     if k == 1:
         return int_range(lo, hi)

@@ -859,7 +859,7 @@ def _enum_checks(s: dict, handled: tuple[str, ...]) -> dict:
 def _regex(pattern: str, encode: Any) -> Node:
     """The syntax tree of ECMA `pattern` (search semantics), characters spelled by `encode`.
 
-    Memoized like `json_numbers.integer_multiples`: a third of maskbench-dev's 631
+    Memoized like `json_numbers.int_range`: a third of maskbench-dev's 631
     patterns repeat one in another schema (dates, hex ids, semantic versions). A pattern
     that raises is not cached, and raises again the same way.
     """

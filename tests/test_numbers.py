@@ -212,13 +212,13 @@ def test_large_lower_bounds_with_a_multiple_of_compile_exactly(schema):
 
 
 def test_integer_subschemas_share_one_tree_and_each_keeps_its_bounds():
-    """Integer ranges are memoized across schemas (`json_numbers.integer_multiples`): two
+    """Integer ranges are memoized across schemas (`json_numbers.int_range`): two
     properties with the same range get one tree, another range its own, and each still holds
     exactly its values."""
-    from grammars.json_numbers import integer_multiples
+    from grammars.json_numbers import int_range, integer_multiples
 
-    assert integer_multiples(0, None, 1) is integer_multiples(0, None, 1)
-    assert integer_multiples(0, None, 1) is not integer_multiples(1, None, 1)
+    assert integer_multiples(0, None, 1) is int_range(0, None) is int_range(0, None)
+    assert int_range(0, None) is not int_range(1, None)
     schema = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0},
                                                "b": {"type": "integer", "minimum": 0},
                                                "c": {"type": "integer", "minimum": 1, "maximum": 12}},
