@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from constrained.errors import IncompatibleVocabularyError
+from constrained.key_twins import KeyTwins
 from constrained.slice_view import MAX_EXCLUDED, SliceView, slice_view
 from constrained.slices import follows_utf8, ids_bitmask
 from constrained.twins import CounterTwins
@@ -198,6 +199,29 @@ class TwinMasks(StateMasks):
         return ids.nbytes + nxt.nbytes + _TWIN_BYTES
 
 
+class KeyTwinMasks(StateMasks):
+    """The `StateMasks` of a state inside an `any_order` object's key whose mask is another's
+    but for the tokens holding a quote (see `constrained.key_twins`).
+
+    `bitmask` is its own (the other's, with its own walk of the quote tokens); `ids`
+    and `next` are those quote tokens'. A token's next state is walked from the
+    state itself (`TokenFSM._key_twin_next`); every allowed token's at once
+    (`TokenFSM.transitions`) comes from computing the state's masks in full.
+    """
+
+    __slots__ = ("state", "source", "_full")
+
+    def __init__(self, ids: np.ndarray, next: np.ndarray, bitmask: np.ndarray, state: int, source: int) -> None:
+        super().__init__(ids, next, None, False, bitmask, sorted=False)
+        self.state = state
+        self.source = source                      # the state whose mask it shares
+        self._full: tuple[np.ndarray, np.ndarray] | None = None   # `TokenFSM._all_pairs`, once asked
+
+    @property
+    def can_continue(self) -> bool:
+        return bool(self.bitmask.any())
+
+
 class TokenFSM:
     """Token-level view of a byte DFA over a vocabulary, computed lazily.
 
@@ -220,6 +244,9 @@ class TokenFSM:
 
     # states that differ only in counts far from their bounds share one mask (`constrained.twins`)
     share_counts = True
+    # the key states of an `any_order` object that differ only in the members taken share their
+    # masks of the tokens without a quote (`constrained.key_twins`)
+    share_keys = True
 
     def __init__(self, dfa, vocab: "Vocabulary", use_slices: bool = True,
                  leading_gap: "WhitespacePolicy | None" = None) -> None:
@@ -239,6 +266,9 @@ class TokenFSM:
         # counter loops whose far counts share masks (`constrained.twins`); None: not built yet
         self._twins: CounterTwins | None = None
         self._twin_of: dict[tuple, tuple[int, StateMasks]] = {}   # a class of states -> its first, and its masks
+        # `any_order` keys (`constrained.key_twins`): None, not built yet; False, none to share
+        self._keys: KeyTwins | None | bool = None
+        self._key_of: dict[tuple, tuple[int, StateMasks]] = {}    # a class of key states -> its first, its masks
         self._finished = StateMasks(_EMPTY, _EMPTY, None, True, self.index.eos_bitmask,
                                     allowed=self.index.eos_ids, forced=())
         self._check_initial()
@@ -308,8 +338,11 @@ class TokenFSM:
             return FINISHED
         if m.view is not None and m.view.allows(token_id):
             return m.view.next_state(token_id)
-        if type(m) is TwinMasks:
+        kind = type(m)
+        if kind is TwinMasks:
             return self._twin_next(m, token_id)
+        if kind is KeyTwinMasks:
+            return self._key_twin_next(m, token_id)
         return m.lookup(token_id)
 
     def is_accepting(self, state: int) -> bool:
@@ -406,9 +439,20 @@ class TokenFSM:
         return StateMasks(ids, nxt, view, accepting, bitmask, sorted=False)
 
     def _twin_masks(self, state: int) -> StateMasks:
-        """`_compute(state)`, or the masks of an earlier state of its class (`constrained.twins`)."""
-        twins = self._twins
+        """`_compute(state)`, or the masks of an earlier state of its class (`constrained.twins`,
+        `constrained.key_twins`)."""
         dfa = self.dfa
+        if self._keys is not False and state >= 0 and state != self.initial:   # (not in a first mask)
+            keys = self._key_twins(dfa)
+            key = keys.key(state) if keys is not None else None
+            if key is not None:
+                hit = self._key_of.get(key)
+                if hit is None:
+                    m = self._compute(state)
+                    self._key_of[key] = (state, m)
+                    return m
+                return self._key_twin(hit, state)
+        twins = self._twins
         if not self.share_counts or state < 0 or dfa.num_states < _TWIN_MIN_STATES or not self._counts_far(dfa):
             return self._compute(state)         # (a schema's first masks pay nothing for this)
         if twins is None or twins.num_states != dfa.nfa.num_states:   # (a lazy rule was built since)
@@ -425,6 +469,37 @@ class TokenFSM:
         if twin.allowed is None:
             twin.allowed = self._materialize(twin)
         return TwinMasks(twin, source, state)
+
+    def _key_twins(self, dfa) -> KeyTwins | None:
+        """The `KeyTwins` of the DFA as its NFA is now (built again, keeping what it found, when a
+        lazy rule grew it); None while it has no key to share; `_keys` False for good where
+        nothing can be shared (not asked, a DFA whose configurations are not read)."""
+        keys = self._keys
+        if keys is None or keys.num_states != dfa.nfa.num_states:
+            if not self.share_keys or getattr(dfa, "_stk_ret", None) is None:
+                self._keys = False
+                return None
+            if not getattr(dfa.nfa, "key_entries", None):
+                return None                       # (a lazy rule may bring one later)
+            keys = self._keys = KeyTwins(dfa, keys or None)
+        return keys if keys.usable else None
+
+    def _key_twin(self, hit: tuple[int, StateMasks], state: int) -> KeyTwinMasks:
+        """The masks of key state `state`, whose class's first state and masks are `hit`: that
+        mask for the tokens without a quote, and the quote tokens walked from `state`."""
+        source, twin = hit
+        dfa = self.dfa
+        qtrie, qmask = self.index.quote_tokens()
+        ids, nxt = qtrie.walk(state, dfa.byte_class, lambda: dfa.table, dfa.expand,
+                              native=getattr(dfa, "walk_tokens", None))
+        base = twin.bitmask & ~qmask              # (a key state is never accepting: no EOS bit)
+        return KeyTwinMasks(ids, nxt, ids_bitmask(ids, self.index.n_words, base), state, source)
+
+    def _key_twin_next(self, m: KeyTwinMasks, token: int) -> int:
+        """The state after `token` (allowed) from a key twin, walked from the state itself."""
+        data = self.index.token_bytes[token]
+        with self._lock:                          # the DFA's tables grow
+            return self.dfa.walk(m.state, data) if data else -1
 
     def counter_twins(self) -> CounterTwins | None:
         """The `CounterTwins` of the DFA, built now if it is not yet (None for a DFA whose
@@ -475,6 +550,11 @@ class TokenFSM:
                 m._pairs = self._all_pairs(self._compute(m.state))
                 m._sorted = True
             return m._pairs
+        if type(m) is KeyTwinMasks:
+            if m._full is None:
+                with self._lock:
+                    m._full = self._all_pairs(self._compute(m.state))
+            return m._full
         ids, nxt = m.ids, m.next
         if m.view is not None:
             view, sl = m.view, m.view.slice
@@ -548,7 +628,7 @@ class TokenFSM:
         return slice_view(self.dfa, state, sl, self._steps, first)
 
     def _materialize(self, m: StateMasks) -> np.ndarray:
-        if m.view is None:
+        if m.view is None and type(m) is not KeyTwinMasks:
             eos = self.index.eos_ids if m.accepting else _EMPTY
             return np.union1d(m.ids, eos).astype(np.int32) if len(eos) else m.ids
         bits = np.unpackbits(m.bitmask.view(np.uint8), bitorder="little")[: self.index.size]

@@ -99,8 +99,21 @@ class VocabIndex:
         # each token's first byte (0 for unusable ones), to exclude tokens by how they start
         self.first_byte = np.array([b[0] if b else 0 for b in self.token_bytes], dtype=np.uint8)
         self._gap_starts: dict = {}              # per whitespace policy, see `gap_starts`
+        self._quote_tokens: tuple[VocabTrie, np.ndarray] | None = None   # see `quote_tokens`
         # the most bytes a usable token reads (see `constrained.twins`)
         self.longest_token = max((len(self.token_bytes[i]) for i in usable_ids), default=0)
+
+    def quote_tokens(self) -> tuple[VocabTrie, np.ndarray]:
+        """The usable tokens holding a `"` byte, as a trie, and their packed mask (made on first
+        use): the tokens that may close a JSON key, walked for each state that shares its
+        other tokens' mask with another (`constrained.key_twins`)."""
+        got = self._quote_tokens
+        if got is None:
+            ids = [i for i in np.flatnonzero(self.usable).tolist() if 0x22 in self.token_bytes[i]]
+            mask = np.zeros(self.size, dtype=bool)
+            mask[ids] = True
+            got = self._quote_tokens = (VocabTrie.build(self.token_bytes, ids), pack_bits(mask, self.n_words))
+        return got
 
     @property
     def nbytes(self) -> int:

@@ -138,6 +138,11 @@ def compact(node: Node) -> Node:
     return node
 
 
+def _is_quote(node: Node) -> bool:
+    """Whether `node` reads a lone `"`."""
+    return type(node) is ByteSet and node.mask == 1 << 0x22
+
+
 def word_trie(words: Iterable[str]) -> dict:
     """The trie of `words`: nested dicts keyed by character code, `None: True` where a word ends."""
     trie: dict = {}
@@ -328,6 +333,8 @@ class FragmentBuilder:
         for rule in [x for x in self._lazy or () if x >= r]:
             del self._lazy[rule]
         self._entries = {x for x in self._entries if x < count}
+        if self.key_entries and self.key_entries[-1][0] >= count:
+            self.key_entries = [e for e in self.key_entries if e[0] < count]
         del self._pending[pending:]             # (a template is recorded while others wait)
 
     def _call(self, s: int, op: int, dst: int, *, rule: int = -1, to: int = -1, lo: int = 0, hi: int = -1) -> None:
@@ -670,18 +677,30 @@ class FragmentBuilder:
         self._eps(x, hub)
         counted = node.lo > 0 or node.hi >= 0
         cap = node.hi if node.hi >= 0 else node.lo
+        entries = []
         for i, item in enumerate(node.items):
             p = self._new()
             self._call(hub, PICK, p, to=p, lo=i, hi=node.bans[i])
             if counted and not node.required >> i & 1:
                 p = self._count_step(p, cap, node.hi)
+            entries.append(p)
             self._eps(self._build(item, p), after)
         if node.extra != NOTHING:
             p = self._new()                     # (a fresh entry: the hub is entered again after a comma)
             self._eps(hub, p)
             if counted:
                 p = self._count_step(p, cap, node.hi)
-            self._eps(self._build(node.extra, p), after)
+            if self._open_keys(node.extra):
+                self.key_entries.append((p, tuple(entries)))
+                items = node.extra.items
+                self._no_subs += 1              # the key inline, no subroutine call in it (`constrained.key_twins`)
+                try:
+                    p = self._build_seq(items, 0, 3, p)
+                finally:
+                    self._no_subs -= 1
+                self._eps(self._build_seq(items, 3, len(items), p), after)
+            else:
+                self._eps(self._build(node.extra, p), after)
         more = self._new()
         if node.extra != NOTHING and not counted:
             self._eps(after, more)
@@ -701,6 +720,17 @@ class FragmentBuilder:
             done = self._guard(done, CHECK, i, mask)
         self._call(done, LEAVE, t, to=t, lo=node.lo if counted else 0)
         return t
+
+    def _open_keys(self, extra: Node) -> bool:
+        """Whether `extra` (an `AnyOrder`'s additional member) is ``"<any name but the declared
+        ones>": value``, the names a raw key trie complement (`trie_complement`): its keys then
+        read every prefix of every member's key (a member's name is raw printable ASCII too,
+        `grammars.json_strings.key_literal`), which `constrained.key_twins` relies on."""
+        if type(extra) is not Seq or len(extra.items) < 3:
+            return False
+        items = extra.items
+        note = self._tries.get(id(items[1]))
+        return _is_quote(items[0]) and _is_quote(items[2]) and note is not None and len(note) == 6
 
     def _build_counted(self, node: Counted, s: int) -> int:
         """A `Counted` from `s`: O(its states) NFA states and edges, the count a frame.
