@@ -13,10 +13,13 @@ the additional keys are "any name but the declared ones", the raw key trie
 complement (`FragmentBuilder._open_keys`), they read every prefix of every
 member's key too. So from a state inside a key, a token without a `"` byte is
 allowed exactly when the additional key's configurations read it, and those do
-not depend on the set taken. `KeyTwins.key` names that class: the construct,
-the stack below its frame and the additional key's NFA states, when every
-configuration of the state is inside one of the construct's keys (the
-additional one or a member's, see `_region`) above one stack. `TokenFSM`
+depend neither on the set taken nor on anything else on the stack (a key's
+states make no call). `KeyTwins.key` names that class: the construct and the
+additional key's NFA states, when every configuration of the state is inside
+one of the construct's keys (the additional one or a member's: the states the
+builder made for it, checked to be closed, see `_closed`).
+The same key then shares its masks in every object of that construct: under
+other sets taken, at other items of an array, in other outer objects. `TokenFSM`
 computes the first state's mask of each class and gives each later state that
 mask for the tokens without a quote, and its own walk of the tokens with one
 (`VocabIndex.quote_tokens`, ~1,300 of Llama-3's); a token's next state is
@@ -58,31 +61,35 @@ class KeyTwins:
             done = previous.entries
             region[: len(previous.region)] = previous.region
         if done < len(entries):
-            a = nfa.arrays
-            lists = _Lists(a)
+            ranges = []                             # (first, end, region value) of the new entries' keys
             for c in range(done, len(entries)):
                 extra, members = entries[c]
-                states = _region(lists, extra)
-                if states is None:
-                    continue
-                region[states] = 2 * c
-                for m in members:
-                    states = _region(lists, m)
-                    if states is not None:
-                        region[states] = 2 * c + 1
+                ranges.append((*extra, 2 * c))
+                ranges += [(*m, 2 * c + 1) for m in members if m is not None]
+            ok = _closed(nfa.arrays, nfa.num_states, ranges)
+            for (first, end, value), good in zip(ranges, ok):
+                if good:
+                    region[first:end] = value
+            for c in range(done, len(entries)):     # an object whose additional key is not closed: none
+                first, end = entries[c][0]
+                if region[first] != 2 * c:
+                    region[region >> 1 == c] = -1
         self.entries = len(entries)
         self.region = region
         self.usable = bool(entries) and bool((region >= 0).any())
 
     def key(self, state: int) -> tuple | None:
-        """The class of DFA `state` (None: it is not inside one construct's keys): (construct,
-        stack below its frame, the additional key's NFA states)."""
+        """The class of DFA `state` (None: it is not inside one construct's keys): (construct, the
+        additional key's NFA states). The stacks are left out: within a token without a quote
+        no frame is read, nor pushed or popped (a key's states make no call), so the object's
+        set taken, and whatever lies below it (an array's count, an outer object's set, a
+        call's return), changes nothing."""
         d = self.dfa
         cfgs = d._cfg_data[d._cfg_ptr[state]:d._cfg_ptr[state + 1]]
         if not len(cfgs) or cfgs[0] < 0:          # (an accepting state's list starts with a negative)
             return None
-        k, p = np.divmod(cfgs, d._n)
-        if int(p.max()) >= len(self.region) or not (k > 0).all():
+        p = cfgs % d._n
+        if int(p.max()) >= len(self.region):
             return None
         r = self.region[p]
         c = int(r[0]) >> 1
@@ -91,62 +98,23 @@ class KeyTwins:
         extra = (r & 1) == 0
         if not extra.any():
             return None
-        below = d._stk_parent[k]
-        if (below != below[0]).any() or (d._stk_ret[k] >= 0).any():   # (a call frame's is its return state)
-            return None
-        return c, int(below[0]), p[extra].tobytes()
+        return c, p[extra].tobytes()
 
 
-class _Lists:
-    """The NFA's columns a region's walk reads, as Python lists (indexing a list is 5-10x cheaper
-    than a numpy scalar), and per mask id whether it is a lone quote."""
-
-    def __init__(self, a: Any) -> None:
-        self.eps_ptr, self.eps_dst = a.eps_ptr.tolist(), a.eps_dst.tolist()
-        self.edge_ptr, self.edge_dst, self.edge_mask = a.edge_ptr.tolist(), a.edge_dst.tolist(), a.edge_mask.tolist()
-        self.call_ptr = a.call_ptr.tolist()
-        self.quote = [m == _QUOTE_MASK for m in a.masks]
-
-
-def _region(a: _Lists, entry: int) -> list[int] | None:
-    """The NFA states of the key entered at `entry` (its opening quote next), up to its closing
-    quote: those reached from the state after the opening quote by epsilon edges and byte edges
-    other than a lone quote. None when an edge of another kind (a call) is met, or the entry
-    does not read a lone quote first: the frame could be read within the key, or the key's
-    states are not known."""
-    n = len(a.eps_ptr) - 1
-    if not 0 <= entry < n:
-        return None
-    eps_ptr, eps_dst, edge_ptr, edge_dst, edge_mask, call_ptr, quote = (
-        a.eps_ptr, a.eps_dst, a.edge_ptr, a.edge_dst, a.edge_mask, a.call_ptr, a.quote)
-    seeds: list[int] = []
-    seen, todo = {entry}, [entry]
-    while todo:                                    # the entry's closure: the opening quote
-        s = todo.pop()
-        if call_ptr[s + 1] > call_ptr[s]:
-            return None
-        for j in range(edge_ptr[s], edge_ptr[s + 1]):
-            if not quote[edge_mask[j]]:
-                return None
-            seeds.append(edge_dst[j])
-        for t in eps_dst[eps_ptr[s]:eps_ptr[s + 1]]:
-            if t not in seen:
-                seen.add(t)
-                todo.append(t)
-    if not seeds:
-        return None
-    seen = set(seeds)
-    todo = list(seeds)
-    while todo:
-        s = todo.pop()
-        if call_ptr[s + 1] > call_ptr[s]:
-            return None
-        nxt = eps_dst[eps_ptr[s]:eps_ptr[s + 1]]
-        for j in range(edge_ptr[s], edge_ptr[s + 1]):
-            if not quote[edge_mask[j]]:
-                nxt.append(edge_dst[j])
-        for t in nxt:
-            if t not in seen:
-                seen.add(t)
-                todo.append(t)
-    return sorted(seen)
+def _closed(a: Any, n: int, ranges: list[tuple[int, int, int]]) -> list[bool]:
+    """Per range of NFA states (``first`` .. ``end`` - 1, a key's as built), whether it is closed:
+    no call edge, and every epsilon edge and every byte edge but a lone quote's stays in it.
+    Then a text without a quote never leaves it, and no frame is read on the way."""
+    owner = np.full(n + 1, -1, dtype=np.int64)     # per state, the range holding it (the last: -1)
+    for i, (first, end, _) in enumerate(ranges):
+        if not 0 <= first < end <= n:
+            return [False] * len(ranges)
+        owner[first:end] = i
+    quote = np.array([m == _QUOTE_MASK for m in a.masks], dtype=bool)
+    bad = [owner[:n][np.diff(a.call_ptr[: n + 1]) > 0]]
+    for ptr, dst, keep in ((a.eps_ptr, a.eps_dst, None), (a.edge_ptr, a.edge_dst, ~quote[a.edge_mask])):
+        src = np.repeat(owner[:n], np.diff(ptr[: n + 1]))
+        leaves = src != owner[dst]
+        bad.append(src[leaves if keep is None else leaves & keep])
+    bad_ranges = set(np.concatenate(bad).tolist())
+    return [i not in bad_ranges for i in range(len(ranges))]

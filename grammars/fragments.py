@@ -333,8 +333,8 @@ class FragmentBuilder:
         for rule in [x for x in self._lazy or () if x >= r]:
             del self._lazy[rule]
         self._entries = {x for x in self._entries if x < count}
-        if self.key_entries and self.key_entries[-1][0] >= count:
-            self.key_entries = [e for e in self.key_entries if e[0] < count]
+        if self.key_entries and self.key_entries[-1][0][0] >= count:
+            self.key_entries = [e for e in self.key_entries if e[0][0] < count]
         del self._pending[pending:]             # (a template is recorded while others wait)
 
     def _call(self, s: int, op: int, dst: int, *, rule: int = -1, to: int = -1, lo: int = 0, hi: int = -1) -> None:
@@ -677,30 +677,26 @@ class FragmentBuilder:
         self._eps(x, hub)
         counted = node.lo > 0 or node.hi >= 0
         cap = node.hi if node.hi >= 0 else node.lo
-        entries = []
+        keyed = node.extra != NOTHING and self._open_keys(node.extra)
+        regions = []
         for i, item in enumerate(node.items):
             p = self._new()
             self._call(hub, PICK, p, to=p, lo=i, hi=node.bans[i])
             if counted and not node.required >> i & 1:
                 p = self._count_step(p, cap, node.hi)
-            entries.append(p)
-            self._eps(self._build(item, p), after)
+            if keyed:
+                p = self._key(item, p, regions)
+            self._eps(self._build(item, p) if p >= 0 else -p - 1, after)
         if node.extra != NOTHING:
             p = self._new()                     # (a fresh entry: the hub is entered again after a comma)
             self._eps(hub, p)
             if counted:
                 p = self._count_step(p, cap, node.hi)
-            if self._open_keys(node.extra):
-                self.key_entries.append((p, tuple(entries)))
-                items = node.extra.items
-                self._no_subs += 1              # the key inline, no subroutine call in it (`constrained.key_twins`)
-                try:
-                    p = self._build_seq(items, 0, 3, p)
-                finally:
-                    self._no_subs -= 1
-                self._eps(self._build_seq(items, 3, len(items), p), after)
-            else:
-                self._eps(self._build(node.extra, p), after)
+            if keyed:                           # (its key inline: no subroutine call inside it)
+                p = self._key(node.extra, p, regions, True)
+                if regions[-1] is not None:
+                    self.key_entries.append((regions.pop(), tuple(regions)))
+            self._eps(self._build(node.extra, p) if p >= 0 else -p - 1, after)
         more = self._new()
         if node.extra != NOTHING and not counted:
             self._eps(after, more)
@@ -720,6 +716,26 @@ class FragmentBuilder:
             done = self._guard(done, CHECK, i, mask)
         self._call(done, LEAVE, t, to=t, lo=node.lo if counted else 0)
         return t
+
+    def _key(self, item: Node, p: int, regions: list, inline: bool = False) -> int:
+        """Build `item` (a member, ``"name": value``) from `p`, its key first, and note in `regions`
+        the states its key spans, from the one after the opening quote to the one before the
+        closing quote's: ``(first, end)``. Returns ``-exit - 1``. When the key is not found (not
+        a `Seq` opening with a quote), nothing is built and `p` is returned, the region None.
+        `inline`: the key's parts are built in place, never as a subroutine call."""
+        items = item.items if type(item) is Seq else ()
+        close = next((j for j in range(1, len(items)) if _is_quote(items[j])), 0) if items and _is_quote(items[0]) else 0
+        if not close:
+            regions.append(None)
+            return p
+        first = self._count
+        self._no_subs += inline
+        try:
+            p = self._build_seq(items, 0, close + 1, p)
+        finally:
+            self._no_subs -= inline
+        regions.append((first, self._count - 1))         # (the closing quote's state is the last made)
+        return -self._build_seq(items, close + 1, len(items), p) - 1
 
     def _open_keys(self, extra: Node) -> bool:
         """Whether `extra` (an `AnyOrder`'s additional member) is ``"<any name but the declared

@@ -284,9 +284,10 @@ class NFA(LazyRules, FragmentBuilder):
         self._tries: dict[int, tuple] = dict(info.get("tries") or {})   # see `fragments.trie_complement`
         # (first state, end state, label): the states each labeled node built (see `origin`)
         self.origins: list[tuple[int, int, str]] = []
-        # per `AnyOrder` whose additional keys read every name (`FragmentBuilder._open_keys`):
-        # (its additional member's entry, its members' entries), see `constrained.key_twins`
-        self.key_entries: list[tuple[int, tuple[int, ...]]] = []
+        # per `AnyOrder` whose additional keys read every name (`FragmentBuilder._open_keys`): the
+        # states its additional key spans and those of each member's key (None: not found), each
+        # ``(first, end)``, see `constrained.key_twins`
+        self.key_entries: list[tuple[tuple[int, int], tuple[tuple[int, int] | None, ...]]] = []
         # node -> (entry, first state, end state, exit, edge offsets) of its first build
         self._frags: dict[int, tuple[int, ...]] = {}
         self._frag_nodes: list[Node] = []    # the nodes of `_frags`, alive: their ids stay theirs

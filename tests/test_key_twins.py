@@ -188,12 +188,14 @@ def test_keys_that_are_not_any_other_name_share_nothing(spec):
 
 
 def test_open_keys_are_built_without_calls():
-    """The additional key's states are inline (no subroutine call inside it) and recorded."""
-    spec = CASES["open"]
-    nfa = NFA(json_schema_grammar(spec, any_order=True))
+    """The additional key's states are inline (no subroutine call inside it), its and every
+    member key's recorded, and closed: only a lone quote leaves them."""
+    from constrained.key_twins import _closed
+    nfa = NFA(json_schema_grammar(CASES["open"], any_order=True))
     (extra, members), = nfa.key_entries
-    assert len(members) == len(_NAMES)
-    from constrained.key_twins import _Lists, _region
-    lists = _Lists(nfa.arrays)
-    assert _region(lists, extra) is not None
-    assert all(_region(lists, m) is not None for m in members)
+    assert len(members) == len(_NAMES) and None not in members
+    ranges = [(*r, 0) for r in (extra, *members)]
+    assert all(_closed(nfa.arrays, nfa.num_states, ranges))
+    first, end = members[0]
+    # with the state after the closing quote: not closed (the others still are)
+    assert _closed(nfa.arrays, nfa.num_states, [(first, end + 1, 0), *ranges[2:]]) == [False] + [True] * (len(ranges) - 2)
