@@ -671,6 +671,10 @@ class FragmentBuilder:
         edges let the comma through only where some member can still be taken, so that
         no DFA state is a dead end (the compiler makes every member that PICK lets through
         completable: `grammars.json_objects`).
+
+        When the additional members' keys are any name but the declared ones (`_open_keys`),
+        each key is built first (`_key`, the additional one inline) and the states it spans
+        are noted in `key_entries`, for `constrained.key_twins` to share their masks.
         """
         x, hub, after, t = self._new(), self._new(), self._new(), self._new()
         self._call(s, ENTER, x, to=x)
