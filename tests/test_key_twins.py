@@ -199,3 +199,23 @@ def test_open_keys_are_built_without_calls():
     first, end = members[0]
     # with the state after the closing quote: not closed (the others still are)
     assert _closed(nfa.arrays, nfa.num_states, [(first, end + 1, 0), *ranges[2:]]) == [False] + [True] * (len(ranges) - 2)
+
+
+def test_keys_of_an_object_built_later_share_too(vocab, tokenizer):
+    """An object in a lazily built part of the schema brings its keys when it is built: the
+    classes found before are kept, the new object's keys are added, and masks stay exact."""
+    inner = {"type": "object", "properties": {n: {"type": "integer"} for n in _NAMES}}
+    spec = {"type": "object", "$defs": {"inner": inner},
+            "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/inner"}},
+                           **{n: {"type": "string"} for n in _NAMES[:4]}}}
+    fsm, ref = _pair(spec, vocab)
+    before = len(fsm.dfa.nfa.key_entries)
+    docs = [{"beta": "x", "zeta": 1, "kids": [{"gamma": 1, "x": 2, "alpha": 3}, {"alphab": 4, "iota": 5}]},
+            {"kids": [{"theta": 1, "kappa": 2}], "alpha": "y", "gammaa": None}]
+    shared = 0
+    for doc in docs:
+        accepted, n = _walk_both(fsm, ref, tokenizer.encode(json.dumps(doc), add_special_tokens=False))
+        assert accepted == is_valid(spec, doc)
+        shared += n
+    assert len(fsm.dfa.nfa.key_entries) > before >= 1    # the inner object was built after compiling
+    assert fsm._keys.entries == len(fsm.dfa.nfa.key_entries) and shared > 5
