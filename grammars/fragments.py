@@ -688,19 +688,17 @@ class FragmentBuilder:
             self._call(hub, PICK, p, to=p, lo=i, hi=node.bans[i])
             if counted and not node.required >> i & 1:
                 p = self._count_step(p, cap, node.hi)
-            if keyed:
-                p = self._key(item, p, regions)
-            self._eps(self._build(item, p) if p >= 0 else -p - 1, after)
+            end = self._key(item, p, regions) if keyed else None
+            self._eps(self._build(item, p) if end is None else end, after)
         if node.extra != NOTHING:
             p = self._new()                     # (a fresh entry: the hub is entered again after a comma)
             self._eps(hub, p)
             if counted:
                 p = self._count_step(p, cap, node.hi)
-            if keyed:                           # (its key inline: no subroutine call inside it)
-                p = self._key(node.extra, p, regions, True)
-                if regions[-1] is not None:
-                    self.key_entries.append((regions.pop(), tuple(regions)))
-            self._eps(self._build(node.extra, p) if p >= 0 else -p - 1, after)
+            end = self._key(node.extra, p, regions, True) if keyed else None   # (its key inline: no call in it)
+            if end is not None:
+                self.key_entries.append((regions.pop(), tuple(regions)))
+            self._eps(self._build(node.extra, p) if end is None else end, after)
         more = self._new()
         if node.extra != NOTHING and not counted:
             self._eps(after, more)
@@ -721,17 +719,17 @@ class FragmentBuilder:
         self._call(done, LEAVE, t, to=t, lo=node.lo if counted else 0)
         return t
 
-    def _key(self, item: Node, p: int, regions: list, inline: bool = False) -> int:
+    def _key(self, item: Node, p: int, regions: list, inline: bool = False) -> int | None:
         """Build `item` (a member, ``"name": value``) from `p`, its key first, and note in `regions`
         the states its key spans, from the one after the opening quote to the one before the
-        closing quote's: ``(first, end)``. Returns ``-exit - 1``. When the key is not found (not
-        a `Seq` opening with a quote), nothing is built and `p` is returned, the region None.
+        closing quote's: ``(first, end)``. Returns its exit; None, with nothing built and the
+        region None, when the key is not found (not a `Seq` opening with a quote).
         `inline`: the key's parts are built in place, never as a subroutine call."""
         items = item.items if type(item) is Seq else ()
         close = next((j for j in range(1, len(items)) if _is_quote(items[j])), 0) if items and _is_quote(items[0]) else 0
         if not close:
             regions.append(None)
-            return p
+            return None
         first = self._count
         self._no_subs += inline
         try:
@@ -739,7 +737,7 @@ class FragmentBuilder:
         finally:
             self._no_subs -= inline
         regions.append((first, self._count - 1))         # (the closing quote's state is the last made)
-        return -self._build_seq(items, close + 1, len(items), p) - 1
+        return self._build_seq(items, close + 1, len(items), p)
 
     def _open_keys(self, extra: Node) -> bool:
         """Whether `extra` (an `AnyOrder`'s additional member) is ``"<any name but the declared
