@@ -67,8 +67,8 @@ from functools import lru_cache
 from typing import Any, Callable
 
 from grammars.ast import (
-    MAX_CODEPOINT, NOTHING, Alt, Grammar, Node, Ref, Repeat, Seq, alt, byteset, codepoints, literal, optional, plus, seq,
-    star,
+    MAX_CODEPOINT, NOTHING, Alt, AnyOrder, Grammar, Node, Ref, Repeat, Seq, alt, byteset, codepoints, literal, optional,
+    plus, seq, star,
 )
 from grammars.ecma import leading_lookarounds
 from grammars.errors import (
@@ -244,9 +244,10 @@ class Compiler:
             self._depth -= 1
         if out == NOTHING and len(self.empty) < 8:
             self.empty.append(path)
-        # parents flatten sequences (`seq`), so a sequence's own items are labeled too
+        # parents flatten sequences (`seq`), so a sequence's own items are labeled too (an object's
+        # body among them: an `AnyOrder`, with `any_order`, is deferred by a lazy NFA as an `Alt` is)
         for part in (out, *(out.items if type(out) is Seq else ())):
-            if type(part) in (Seq, Alt, Repeat) and id(part) not in self.labels:
+            if type(part) in (Seq, Alt, Repeat, AnyOrder) and id(part) not in self.labels:
                 self.labels[id(part)] = (part, path)   # the node is kept alive, so its id stays unique
         return out
 

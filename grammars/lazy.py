@@ -10,7 +10,7 @@ Example:
     >>> from grammars.ast import Grammar, alt, literal, seq
     >>> from grammars.nfa import NFA
     >>> late = alt(literal(b"y" * 200), literal(b"z"))
-    >>> g = Grammar({"start": seq(literal(b"x"), late)}, info={"labels": {id(late): (late, "$.late")}})
+    >>> g = Grammar({"start": seq(literal(b"head"), late)}, info={"labels": {id(late): (late, "$.late")}})
     >>> nfa = NFA(g, lazy=True)
     >>> nfa.unbuilt
     1
@@ -57,7 +57,9 @@ class LazyRules:
         Not deferred (see `_build`): a node that starts where no byte has been
         read since its rule's start (`_entries`: a rule's own node, a root
         schema after optional whitespace, the branches of a root `anyOf`),
-        which the DFA's first state would build at once; and the parts of the
+        which the DFA's first state would build at once, or where at most
+        `OPENING` bytes have (`_opened`: an object's body after its `{`), which the
+        first mask's tokens (`{"`, `[{"`) would build at once; and the parts of the
         subschema being built (labeled with its path: a flattened sequence's
         items) or of the rule's own (``info["homes"]``). Otherwise only a node of
         `LAZY_MIN` syntax nodes or more (`LAZY_MIN_IN_BODY` inside a lazy body)

@@ -304,6 +304,9 @@ class NFA(LazyRules, FragmentBuilder):
         # states no byte leads to from their rule's start (its own, or a lazy body's): nodes built
         # from them are not deferred (see `_lazy_call`)
         self._entries: set[int] = set()
+        # states 1 to `OPENING` bytes lead to from an entry (an object's `{`, an array's `[{`) -> that
+        # count: nodes built from them are not deferred either (see `_lazy_call`)
+        self._opened: dict[int, int] = {}
         self._null_memo: dict[int, bool] = {}        # `surely_nullable`'s, for `_entries`
         self._homes: Mapping[str, str] = info.get("homes") or {}
         self._home: str | None = None                # the label of the rule's (or lazy body's) own subschema
@@ -427,7 +430,8 @@ class NFA(LazyRules, FragmentBuilder):
         del self._frags, self._frag_nodes, self._dead, self._mask_id, self._eps_src, self._eps_dst, self._byte_src, self._byte_mask, self._byte_dst
         del self._call_src, self._call_rule, self._call_dst, self._call_op, self._call_to, self._call_lo, self._call_hi
         del self._subs, self._pending, self._labels, self._tries, self._head_tables, self._stub
-        del self._lazy_rule_of, self._free_memo, self._entries, self._null_memo, self._built_labels, self._built_tries
+        del self._lazy_rule_of, self._free_memo, self._entries, self._opened, self._null_memo, self._built_labels
+        del self._built_tries
 
     def _finish_native(self, max_depth: int, cols: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
         """`is_end`, `need` (`_compute_need`) and `arrays` (`_csr`) in one `finish_kernel` call."""

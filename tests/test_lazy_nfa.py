@@ -17,7 +17,7 @@ import pytest
 
 from constrained.compile import clear_cache, compile_json_schema
 from grammars import lazy
-from grammars.ast import Grammar, alt, byte_range, literal, seq
+from grammars.ast import AnyOrder, Grammar, alt, byte_range, literal, repeat, seq
 from grammars.errors import StateBudgetError
 from grammars.json_schema import json_schema_grammar
 from grammars.nfa import NFA, SPLICE
@@ -125,15 +125,49 @@ def test_byte_classes_split_when_a_late_rule_needs_it(monkeypatch) -> None:
     split when it is built, rows computed before keep their targets, and it matches exactly."""
     monkeypatch.setattr(lazy, "LAZY_MIN", SMALL)
     late = alt(seq(literal(b"y" * 30), byte_range(ord("H"), ord("J"))), literal(b"z"))
-    g = Grammar({"start": seq(literal(b"x"), late)}, info={"labels": {id(late): (late, "$.late")}})
+    g = Grammar({"start": seq(literal(b"xxxx"), late)}, info={"labels": {id(late): (late, "$.late")}})
     dfa = JitDFA(g)
     assert dfa.nfa.unbuilt == 1 and dfa.num_classes == 2          # x and every other byte
-    first = dfa.walk(dfa.initial, b"x")                             # its closure builds `late`
+    first = dfa.walk(dfa.initial, b"xxxx")                          # its closure builds `late`
     assert dfa.nfa.unbuilt == 0 and dfa.num_classes == 5           # y, z and H-J split off
     assert dfa.is_accepting(dfa.walk(first, b"z"))
-    assert dfa.matches(b"x" + b"y" * 30 + b"I") and not dfa.matches(b"x" + b"y" * 30 + b"K")
-    assert not dfa.matches(b"x" + b"y" * 29 + b"H") and not dfa.matches(b"xy")
+    assert dfa.matches(b"xxxx" + b"y" * 30 + b"I") and not dfa.matches(b"xxxx" + b"y" * 30 + b"K")
+    assert not dfa.matches(b"xxxx" + b"y" * 29 + b"H") and not dfa.matches(b"xxxxy")
     assert dfa.nfa.num_states == NFA(g).num_states + 3    # the same body; a call exit, a placeholder, a start
+
+
+@pytest.mark.parametrize("head, deferred", [(b"", 0), (b"{", 0), (b"[ {", 0), (b"[{\"", 0), (b"[{\"k", 1)])
+def test_parts_the_first_tokens_reach_are_built_at_compile(head: bytes, deferred: int, monkeypatch) -> None:
+    """A labeled part that at most `OPENING` (3) bytes lead to from its rule's start is built
+    at compile, since the first mask's tokens (`{"`, `[{"`) would build it at once; one
+    further in is deferred. Nullable parts between (whitespace) read no byte."""
+    monkeypatch.setattr(lazy, "LAZY_MIN", SMALL)
+    late = alt(seq(literal(b"y" * 30), byte_range(ord("H"), ord("J"))), literal(b"z"))
+    items = [byte_range(b, b) if b != 0x20 else repeat(literal(b" "), 0, None) for b in head]
+    g = Grammar({"start": seq(*items, late)}, info={"labels": {id(late): (late, "$.late")}})
+    dfa = JitDFA(g)
+    assert dfa.nfa.unbuilt == deferred
+    assert dfa.matches(head + b"z") and dfa.matches(head.replace(b" ", b"   ") + b"y" * 30 + b"I")
+    assert dfa.matches(head.replace(b" ", b"") + b"z") and not dfa.matches(head + b"y" * 30 + b"K")
+
+
+def test_any_order_objects_are_deferred_past_the_first_tokens(vocabulary) -> None:
+    """With `any_order`, an object's body (an `AnyOrder`) is deferred as a declared-order body
+    is: the nested object is built when the DFA first reaches it, not at compile."""
+    vocab = vocabulary("llama-bpe")
+    clear_cache()
+    fsm = compile_json_schema(NESTED, vocab, any_order=True)
+    nfa = fsm.dfa.nfa
+
+    def bodies() -> int:
+        return sum(type(node) is AnyOrder for node in nfa._lazy.values())
+
+    assert bodies() == 1, "the nested object's body is deferred (the array's items are, with the array)"
+    guide = fsm.guide()
+    for t in _ids(vocab, json.dumps({"size": {"unit": "cm", "h": 2.5, "w": 1}, "name": "a"})):
+        assert guide.advance(t)
+    assert fsm.is_accepting(guide.state)
+    assert bodies() == 0, "walking into `size` built its body"
 
 
 @pytest.mark.parametrize("seed", range(60))
