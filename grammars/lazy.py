@@ -45,6 +45,11 @@ LAZY_MIN = 24
 # Inside a lazy body being built, only a subschema this large is deferred again: a body is
 # built whole unless that would make one mask slow (a Kubernetes definition's body took
 # 39 ms to build in one mask), as each build also redoes the NFA's arrays.
+# An object's body with `any_order` (an `AnyOrder`) is deferred from this size too: from
+# `LAZY_MIN`, time to first mask was 5% lower per schema than never deferring one, but masks
+# 3-4% slower (`python -m bench masks --corpus ../shared/corpus/maskbench-dev --engines ours
+# llguidance --any-order`, two runs each); from this size, the largest compiles gain most of
+# it (TTFM p90 2.2-2.35 ms against 2.7-2.9 never deferring) for 1-2% of masks.
 LAZY_MIN_IN_BODY = 256
 
 
@@ -62,7 +67,8 @@ class LazyRules:
         first mask's tokens (`{"`, `[{"`) would build at once; and the parts of the
         subschema being built (labeled with its path: a flattened sequence's
         items) or of the rule's own (``info["homes"]``). Otherwise only a node of
-        `LAZY_MIN` syntax nodes or more (`LAZY_MIN_IN_BODY` inside a lazy body)
+        `LAZY_MIN` syntax nodes or more (`LAZY_MIN_IN_BODY` inside a lazy body, and for
+        an `AnyOrder`)
         that surely reaches its end without a
         rule call is deferred: its rule's `need` is 0, which the
         NFA's `need` assumes before the body exists, so that nothing computed
@@ -70,7 +76,7 @@ class LazyRules:
         """
         rule = self._lazy_rule_of.get(id(node))     # (entries go when built: their nodes may go too)
         if rule is None:
-            min_size = LAZY_MIN_IN_BODY if self._in_body else LAZY_MIN
+            min_size = LAZY_MIN_IN_BODY if self._in_body or type(node) is AnyOrder else LAZY_MIN
             if (id(node) in _SHARED or id(node) in self._frags or not _at_least(node, min_size)
                     or not _ends_free(node, self._free_memo)):
                 return -1                           # (a shared node or one built before is replayed: cheap)

@@ -151,10 +151,11 @@ def test_parts_the_first_tokens_reach_are_built_at_compile(head: bytes, deferred
     assert dfa.matches(head.replace(b" ", b"") + b"z") and not dfa.matches(head + b"y" * 30 + b"K")
 
 
-def test_any_order_objects_are_deferred_past_the_first_tokens(vocabulary) -> None:
-    """With `any_order`, an object's body (an `AnyOrder`) is deferred as a declared-order body
-    is: the nested object is built when the DFA first reaches it, not at compile."""
+def test_any_order_objects_are_deferred_past_the_first_tokens(vocabulary, monkeypatch) -> None:
+    """With `any_order`, an object's body (an `AnyOrder`) of `LAZY_MIN_IN_BODY` syntax nodes or
+    more is deferred: the nested object is built when the DFA first reaches it, not at compile."""
     vocab = vocabulary("llama-bpe")
+    monkeypatch.setattr(lazy, "LAZY_MIN_IN_BODY", SMALL)
     clear_cache()
     fsm = compile_json_schema(NESTED, vocab, any_order=True)
     nfa = fsm.dfa.nfa
