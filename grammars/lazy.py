@@ -46,8 +46,8 @@ LAZY_MIN = 24
 # built whole unless that would make one mask slow (a Kubernetes definition's body took
 # 39 ms to build in one mask), as each build also redoes the NFA's arrays.
 # An object's body with `any_order` (an `AnyOrder`) is deferred from this size too: from
-# `LAZY_MIN`, time to first mask was 5% lower per schema than never deferring one, but masks
-# 3-4% slower (`python -m bench masks --corpus ../shared/corpus/maskbench-dev --engines ours
+# `LAZY_MIN`, time to first mask was 6-9% lower per schema than never deferring one, but masks
+# 2-4% slower (`python -m bench masks --corpus ../shared/corpus/maskbench-dev --engines ours
 # llguidance --any-order`, two runs each); from this size, the largest compiles gain most of
 # it (TTFM p90 2.2-2.35 ms against 2.7-2.9 never deferring) for 1-2% of masks.
 LAZY_MIN_IN_BODY = 256
