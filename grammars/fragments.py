@@ -76,12 +76,13 @@ _BYTE_UNROLL_LIMIT = 8
 # (16 before: on maskbench-dev, 6 makes JSON whitespace gaps and small values calls,
 # median NFA build -19%, p99 -38%, and masks no slower: 17.8 vs 19.0 us mean.)
 SUBROUTINE_MIN = 6
-# A lazy NFA defers no subschema that a text of at most this many bytes leads to from its rule's
-# start (an object's `{`, an array's `[{`): the first mask reads tokens such as `{"` and `[{"` from there, which
-# would build it at once, and each deferred body built costs a pass over the whole NFA's arrays
-# (`LazyRules.build_lazy`). On maskbench-dev (495 schemas, compile and first mask, in process),
-# 3 made the median schema 4% faster in declared order and 7% with `any_order` than 0; 2 to 16
-# were within 1.5% of each other.
+# A lazy NFA defers no subschema that a text of at most this many bytes leads to from its
+# rule's start (an object's `{`, an array's `[{`): the first mask reads tokens such as `{"` and
+# `[{"` from there, which would build it at once, and each deferred body built costs a pass over
+# the whole NFA's arrays (`LazyRules.build_lazy`). On maskbench-dev (495 schemas, compile and
+# first mask, warm, in process), 3 made the median schema 4% faster in declared order and 7%
+# with `any_order` than 0, and 2 to 16 were within 1.5% of each other; in `python -m bench
+# masks` (cold workers, beside llguidance) declared order was unchanged within the noise.
 OPENING = 3
 
 
