@@ -8,12 +8,13 @@ Ours is compiled with its cache cleared (`clear_cache`), llguidance from
 scratch (`LLMatcher` + the first bitmask). Schemas either engine refuses are
 skipped.
 
-Run: ``python -m bench.ttfm_interleaved [EVERY [R [FLUSH_MB [SLEEP_MS]]]]`` (every
+Run: ``python -m bench.ttfm_interleaved [EVERY [R [FLUSH_MB [SLEEP_MS]]]] [--any-order]`` (every
 EVERY-th schema of ../shared/corpus/maskbench-dev, default 2 and 3); needs
 llguidance. With FLUSH_MB, each compile (either engine's) comes after a write
 over that many megabytes and a SLEEP_MS sleep (default 2): the cold caches of
 `python -m bench masks`' workers, where the other engine ran in between.
 FLUSH_MB 0 is the idle wait alone (``0 20``: both engines run 2-3x slower).
+``--any-order`` compiles ours with ``any_order=True``.
 """
 import gc
 import glob
@@ -40,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     from grammars.errors import ConstraintError
 
     args = sys.argv[1:] if argv is None else argv
+    options = {"any_order": True} if "--any-order" in args else {}
+    args = [a for a in args if a != "--any-order"]
     every = int(args[0]) if args else 2
     reps = int(args[1]) if len(args) > 1 else 3
     flush = np.zeros(int(args[2]) << 20, dtype=np.uint8) if len(args) > 2 else None
@@ -63,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         clear_cache()
         cool()
         t = time.perf_counter_ns()
-        compile_json_schema(s, vocab).guide().fill_bitmask(buf)
+        compile_json_schema(s, vocab, **options).guide().fill_bitmask(buf)
         return time.perf_counter_ns() - t
 
     def llg(s: dict) -> int:

@@ -361,6 +361,24 @@ def test_compile_cache_tells_json_values_apart(gpt2):
     assert compile_json_schema(deep, gpt2) is first
 
 
+def test_compile_cache_keys_options_by_value(gpt2):
+    """Options are keyed by value and type: equal options (an equal `WhitespacePolicy`) find the
+    cached FSM, ``True`` and ``1`` do not share one, and a value that cannot be hashed is keyed
+    by its JSON text."""
+    from constrained.compile import _options_key
+    from grammars.json_values import WhitespacePolicy
+
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}}
+    plain, any_order = compile_json_schema(schema, gpt2), compile_json_schema(schema, gpt2, any_order=True)
+    assert any_order is not plain
+    assert compile_json_schema(schema, gpt2, any_order=True) is any_order
+    assert any_order.matches(b'{"b":"x","a":1}') and not plain.matches(b'{"b":"x","a":1}')
+    policy = compile_json_schema(schema, gpt2, whitespace=WhitespacePolicy(max_spaces=1))
+    assert compile_json_schema(schema, gpt2, whitespace=WhitespacePolicy(max_spaces=1)) is policy
+    assert _options_key({"any_order": True}) != _options_key({"any_order": 1})
+    assert _options_key({"x": [1, 2]}) == _options_key({"x": [1, 2]}) == '{"x": [1, 2]}'
+
+
 def test_compile_cache_keeps_declared_member_order(gpt2):
     """Members are laid out in the schema's order, so schemas that differ only in
     the order of `properties` are different constraints, cached apart."""
