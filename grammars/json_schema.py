@@ -18,7 +18,7 @@ always get at least `max_recursion_depth` levels.
 | keyword / option | support |
 |---|---|
 | `type` (string or list) | exact; `integer` accepts `-?(0|[1-9]\\d*)` only (not `1.0`, `1e2`, `-0`) |
-| `enum`, `const` | exact, any JSON value; numbers by value (`1` = `1.0` = `1e0`); strings in every escape spelling; object keys in any order up to 4 keys, else schema order; values are filtered by the sibling keywords |
+| `enum`, `const` | exact, any JSON value; numbers by value (`1` = `1.0` = `1e0`), but spelled as integers beside `type: integer`; strings in every escape spelling; object keys in any order up to 4 keys, else schema order; values are filtered by the sibling keywords |
 | `minimum` `maximum` `exclusiveMinimum` `exclusiveMaximum` | exact decimal comparison (draft-4/7 boolean form too); bounded `number`s use plain decimals + normalized scientific `[1-9](\\.\\d+)?e[+-]?\\d+` (other exponent forms rejected) |
 | numbers (`numbers=`) | "double" (default): valid after `json.loads`, see `grammars.json_doubles` (floats <= 17 significant digits in [5e-324, 1.8e308], bounds on the parsed double, float `multipleOf` as validators divide: bounded ranges listed, unbounded refused); "exact": decimal semantics, the rows below |
 | `multipleOf` | integers: any integer divisor (enumerated ranges, or suffix rules for 2^a5^b); numbers: `10^-k` (fraction digits, no exponent form), integer divisors, or bounded ranges of <= 4096 multiples; decimal semantics (`0.29` is a multiple of `0.01`, unlike float-based validators); else unsupported |
@@ -87,7 +87,7 @@ from grammars.json_merge import (
     whole_types,
 )
 from grammars.json_numbers import (
-    ANY_NUMBER, Interval, integer_multiples, literal_set, number_interval, number_value,
+    ANY_NUMBER, Interval, int_range, integer_multiples, literal_set, number_interval, number_value,
 )
 from grammars.json_arrays import array_node
 from grammars.json_objects import object_node
@@ -542,6 +542,10 @@ class Compiler:
 
     def _enum(self, s: dict, types: list, excluded_types: set, excluded: list, path: str, base: str) -> Node:
         allowed = set(types) | ({"integer"} if "number" in types else set())
+        # `type` admits integers and no other number: an integer value is then spelled the way
+        # `integer` spells every integer, `-?(0|[1-9][0-9]*)`, not by value (`1.0` is no integer
+        # in draft 4; README "Numbers")
+        whole = "number" not in types
         gone = {json.dumps(v, sort_keys=True) for v in excluded}
         rest = _enum_checks(s, ("enum", "type", "not"))
         nodes = []
@@ -551,7 +555,10 @@ class Compiler:
                 continue
             if rest and not self.accepts(rest, v, path, base):
                 continue
-            nodes.append(value_node(v, self.ws, f"{path}.enum", self.numbers))
+            if t == "integer" and whole:
+                nodes.append(int_range(int(v), int(v)))
+            else:
+                nodes.append(value_node(v, self.ws, f"{path}.enum", self.numbers))
         return union(*nodes)
 
     def _type_node(self, t: str, s: dict, excluded: list, path: str, base: str,

@@ -228,3 +228,28 @@ def test_integer_subschemas_share_one_tree_and_each_keeps_its_bounds():
                 {"a": 0, "b": -3, "c": 1}, {"a": 0, "b": 0, "c": 0}, {"a": 0, "b": 0, "c": 13}):
         text = json.dumps(doc, separators=(",", ":")).encode()
         assert dfa.is_accepting(dfa.walk(dfa.initial, text)) == jsonschema.Draft202012Validator(schema).is_valid(doc)
+
+
+@pytest.mark.parametrize("draft", ["http://json-schema.org/draft-04/schema#", "https://json-schema.org/draft/2020-12/schema"])
+def test_integer_enums_are_spelled_as_integers(draft):
+    """`type: integer` beside `enum` spells its values as integers, as `integer` does everywhere:
+    draft 4 calls `1.0` a number, not an integer (maskbench-dev's Github_easy---o42534 took
+    `"month_of_year": 12.0`), and later drafts' `1.0` is refused as for every integer (README
+    "Numbers"). With `number` among the types, values stay spelled by value."""
+    from bench.oracle import validator
+
+    cases = [({"type": "integer", "enum": [0, 1, 12, -2]}, ["0", "1", "12", "-2"], ["1.0", "12.0", "1e0", "-2.0", "0.0",
+                                                                                   "-0.0", "3", "1.5"]),
+             ({"type": "integer", "enum": [1.0, 2.5, "x"]}, ["1"], ["1.0", "2.5", "\"x\""]),
+             ({"type": ["integer", "string"], "enum": [3, "x"]}, ["3", "\"x\""], ["3.0", "3e0"]),
+             ({"type": ["number", "null"], "enum": [3, None]}, ["3", "3.0", "3e0", "null"], ["4"])]
+    for schema, accepted, refused in cases:
+        schema = {"$schema": draft, **schema}
+        dfa = LazyDFA(json_schema_grammar(schema))
+        check = validator(schema)
+        for text in accepted:
+            assert dfa.matches(text.encode()) and check.is_valid(json.loads(text)), (schema, text)
+        for text in refused:
+            assert not dfa.matches(text.encode()), (schema, text)
+            if "draft-04" in draft:           # (later drafts call 12.0 an integer: refused by policy)
+                assert not check.is_valid(json.loads(text)), (schema, text)

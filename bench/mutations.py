@@ -1,0 +1,187 @@
+"""Mutation fuzzing on a corpus: each test instance edited at random, our automata against the oracle.
+
+A corpus's own instances are few (maskbench-dev: 1,422 valid, 2,306 invalid
+over 599 schemas). This edits them (`mutate`: a value replaced by one of
+another type, a string or number changed, a number respelled as `12.0`, a
+member dropped or added, an item dropped, repeated or inserted; one to three
+edits), serializes each mutant compact or with spaces, asks the oracle
+(`bench.oracle`) and then our engine, for as long as asked:
+
+- ``--level byte``: the byte automaton `compile_json_schema` builds (both
+  member orders unless ``--any-order``);
+- ``--level token``: the token FSM, on the mutant's llama-bpe tokens, and at
+  every step whether the token is in the state's mask exactly when the FSM
+  moves on it.
+
+It prints how many mutants each verdict got. An invalid mutant accepted, or
+a mask that disagrees with the move, is a bug; valid mutants refused are
+expected where README's "Numbers" refuses a spelling (`1.0` for an integer,
+`0e0`, past 1e308) and where the oracle is more lenient than the spec
+(jsonschema's `email` wants an `@` only; Python's `$` also matches before a
+final newline), so those are counted, not judged. `tests/test_corpus_mutations.py`
+runs a fixed, small sample of the byte level on every test run.
+
+Run: ``python -m bench.mutations [--corpus DIR] [--minutes M] [--seed S] [--level byte|token] [--any-order]
+[--jsonl FILE]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import random
+import time
+import warnings
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["mutate", "mutants", "main", "SHARED_CORPUS"]
+
+SHARED_CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus" / "maskbench-dev"
+
+STRINGS = ["", "a", "ABC", "x" * 300, "é", "日本", "\u0000", "\n", "\"", "\\", "a\"b", "😀", "2024-01-31",
+           "2024-01-31T10:00:00Z", "10:00:00Z", "P1D", "http://x.org/a", "a@b.co", "192.168.0.1", "::1",
+           "00000000-0000-0000-0000-000000000000", "1", "-1", "true", "null", " ", "\t", "abc-def", "ABC_DEF"]
+NUMBERS = [0, -0.0, 1, -1, 2, 3, 7, 10, 100, 101, 255, 256, 1000, 65535, 2 ** 31, 2 ** 53 + 1, -2 ** 63, 1e308,
+           1e-7, 0.5, 1.5, 0.1, 0.01, 2.5, 3.14, -2.5, 1e3, 12.0, 99.99, 100.0]
+OTHERS = [1, "s", None, {}, [], True, 0.5]
+
+
+def mutate(value: Any, rng: random.Random) -> Any:
+    """`value` with one edit somewhere inside it (a copy; `value` is left as it was)."""
+    if isinstance(value, dict) and value and rng.random() < 0.9:
+        value, key = dict(value), rng.choice(list(value))
+        op = rng.random()
+        if op < 0.25:
+            del value[key]
+        elif op < 0.4:
+            value[rng.choice(["extra", key + "x", "", "a", key.upper()])] = rng.choice(OTHERS)
+        else:
+            value[key] = mutate(value[key], rng)
+        return value
+    if isinstance(value, list) and value and rng.random() < 0.9:
+        value, i, op = list(value), rng.randrange(len(value)), rng.random()
+        if op < 0.2:
+            del value[i]
+        elif op < 0.35:
+            value.append(copy.deepcopy(value[i]))
+        elif op < 0.45:
+            value.insert(i, rng.choice(OTHERS))
+        else:
+            value[i] = mutate(value[i], rng)
+        return value
+    if isinstance(value, bool) or value is None:
+        return rng.choice([True, False, None, 0, "", [], {}])
+    if isinstance(value, (int, float)):
+        r = rng.random()
+        if r < 0.2 and abs(value) < 1e15:        # the same value spelled as the other kind: 12 <-> 12.0
+            return float(value) if isinstance(value, int) else int(value) if value.is_integer() else -value
+        if r < 0.6:
+            return rng.choice(NUMBERS)
+        return value + rng.choice([1, -1, 0.5, 1e-9, 1e9]) if r < 0.8 else rng.choice(["1", None, True, [value]])
+    if isinstance(value, str):
+        r = rng.random()
+        if r < 0.5:
+            return rng.choice(STRINGS)
+        if r < 0.7:
+            return value + rng.choice(STRINGS)
+        return value[: rng.randrange(len(value) + 1)] if r < 0.85 else rng.choice([1, None, True, [value], {}])
+    return rng.choice(OTHERS)
+
+
+def mutants(tests: list[dict], rng: random.Random, count: int) -> list[str]:
+    """`count` texts of mutants of `tests`' instances (zero to three edits each), compact or spaced."""
+    out = []
+    for _ in range(count):
+        value = rng.choice(tests)["data"]
+        for _ in range(rng.randint(0, 3)):
+            value = mutate(value, rng)
+        separators = rng.choice([(",", ":"), (", ", ": ")])
+        out.append(json.dumps(value, separators=separators, ensure_ascii=rng.random() < 0.5))
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import numpy as np
+
+    from bench.oracle import validator
+    from constrained.compile import clear_cache, compile_json_schema
+    from constrained.gguf_tokenizers import hf_tokenizer
+    from constrained.vocab import Vocabulary
+    from constrained.vocab_index import VocabIndex
+    from grammars.errors import ConstraintError
+
+    p = argparse.ArgumentParser(prog="python -m bench.mutations", description=__doc__.splitlines()[0])
+    p.add_argument("--corpus", default=str(SHARED_CORPUS), help="MaskBench-style folder (default: ../shared/corpus/maskbench-dev)")
+    p.add_argument("--minutes", type=float, default=2.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--level", choices=("byte", "token"), default="byte")
+    p.add_argument("--any-order", action="store_true", help="only any_order=True (default: both member orders)")
+    p.add_argument("--jsonl", help="write every bug found here")
+    args = p.parse_args(argv)
+    files = sorted(Path(args.corpus).glob("*.json"))
+    if not files:
+        p.error(f"no schemas in {args.corpus}")
+    warnings.simplefilter("ignore")               # schema notes (unknown keywords)
+    rng = random.Random(args.seed)
+    modes = {"any_order": {"any_order": True}} if args.any_order else {"declared": {}, "any_order": {"any_order": True}}
+    tok = hf_tokenizer("llama-bpe")
+    vocab = Vocabulary.from_tokenizer(tok)
+    VocabIndex.for_vocab(vocab)
+    counts: Counter = Counter()
+    bugs: list[dict] = []
+    end = time.monotonic() + 60 * args.minutes
+    while time.monotonic() < end:
+        path = rng.choice(files)
+        case = json.loads(path.read_text())
+        if not case["tests"]:
+            continue
+        check = validator(case["schema"])
+        texts = mutants(case["tests"], rng, 20)
+        for mode, options in modes.items():
+            clear_cache()
+            try:
+                fsm = compile_json_schema(case["schema"], vocab, **options)
+            except (ConstraintError, RecursionError):
+                continue
+            for text in texts:
+                valid = check.is_valid(json.loads(text))
+                problem = None
+                try:
+                    if args.level == "byte":
+                        accepted = fsm.dfa.matches(text.encode())
+                    else:
+                        state = fsm.initial
+                        for k, t in enumerate(tok.encode(text, add_special_tokens=False)):
+                            nxt = fsm.next_state(state, t)
+                            if bool(np.isin(t, fsm.allowed_token_ids(state))) != (nxt >= 0):
+                                problem = f"token {k} ({tok.decode([t])!r}): in the mask iff not moving on it"
+                                break
+                            state = nxt
+                            if state < 0:
+                                break
+                        accepted = state >= 0 and fsm.is_accepting(state)
+                except ConstraintError:                         # a state budget: refused, loudly
+                    counts[(mode, "budget")] += 1
+                    continue
+                counts[(mode, "valid" if valid else "invalid", "accepted" if accepted else "refused")] += 1
+                if problem or (accepted and not valid):
+                    bugs.append({"schema": path.stem, "mode": mode, "valid": valid, "accepted": accepted,
+                                 "problem": problem, "text": text[:2000]})
+    print(f"mutants of {args.corpus} ({args.level} level, seed {args.seed}, {args.minutes} min):")
+    for key, n in sorted(counts.items()):
+        print(f"  {' '.join(key)}: {n}")
+    print(f"bugs (invalid accepted, or mask and move disagreeing): {len(bugs)}")
+    for bug in bugs[:10]:
+        print(f"  {bug['schema']} ({bug['mode']}): {bug['problem'] or 'invalid accepted'}: {bug['text'][:200]}")
+    if args.jsonl:
+        with open(args.jsonl, "w") as f:
+            f.writelines(json.dumps(b) + "\n" for b in bugs)
+    return 1 if bugs else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
