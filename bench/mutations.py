@@ -18,8 +18,10 @@ a mask that disagrees with the move, is a bug; valid mutants refused are
 expected where README's "Numbers" refuses a spelling (`1.0` for an integer,
 `0e0`, past 1e308) and where the oracle is more lenient than the spec
 (jsonschema's `email` wants an `@` only; Python's `$` also matches before a
-final newline), so those are counted, not judged. `tests/test_corpus_mutations.py`
-runs a fixed, small sample of the byte level on every test run.
+final newline), so those are counted, not judged; mutants the oracle takes
+over `ORACLE_SECONDS` to judge (its backtracking `re`) are counted and
+skipped. `tests/test_corpus_mutations.py` runs a fixed, small sample of the
+byte level on every test run.
 
 Run: ``python -m bench.mutations [--corpus DIR] [--minutes M] [--seed S] [--level byte|token] [--any-order]
 [--jsonl FILE]``
@@ -31,6 +33,8 @@ import argparse
 import copy
 import json
 import random
+import signal
+import threading
 import time
 import warnings
 from collections import Counter
@@ -38,7 +42,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["mutate", "mutants", "main", "SHARED_CORPUS"]
+__all__ = ["mutate", "mutants", "verdict", "main", "SHARED_CORPUS", "ORACLE_SECONDS"]
 
 SHARED_CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus" / "maskbench-dev"
 
@@ -48,6 +52,34 @@ STRINGS = ["", "a", "ABC", "x" * 300, "é", "日本", "\u0000", "\n", "\"", "\\"
 NUMBERS = [0, -0.0, 1, -1, 2, 3, 7, 10, 100, 101, 255, 256, 1000, 65535, 2 ** 31, 2 ** 53 + 1, -2 ** 63, 1e308,
            1e-7, 0.5, 1.5, 0.1, 0.01, 2.5, 3.14, -2.5, 1e3, 12.0, 99.99, 100.0]
 OTHERS = [1, "s", None, {}, [], True, 0.5]
+# The oracle's patterns run on Python's backtracking `re`: a dev-corpus pattern such as
+# `^([A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*)*$` takes exponential time on a long
+# mutated string that fails at its end. Past this many seconds the mutant is not judged.
+ORACLE_SECONDS = 2.0
+
+
+class _Slow(Exception):
+    pass
+
+
+def _alarm(signum: int, frame: Any) -> None:
+    raise _Slow
+
+
+def verdict(check: Any, value: Any, seconds: float = ORACLE_SECONDS) -> bool | None:
+    """`check.is_valid(value)`, or None when the oracle takes longer than `seconds` (main thread
+    only: `re` checks signals while it backtracks; elsewhere no limit)."""
+    if threading.current_thread() is not threading.main_thread():
+        return check.is_valid(value)
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return check.is_valid(value)
+    except _Slow:
+        return None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def mutate(value: Any, rng: random.Random) -> Any:
@@ -140,15 +172,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not case["tests"]:
             continue
         check = validator(case["schema"])
-        texts = mutants(case["tests"], rng, 20)
+        judged = []
+        for text in mutants(case["tests"], rng, 20):
+            valid = verdict(check, json.loads(text))
+            if valid is None:
+                counts[("oracle too slow",)] += 1
+            else:
+                judged.append((text, valid))
         for mode, options in modes.items():
             clear_cache()
             try:
                 fsm = compile_json_schema(case["schema"], vocab, **options)
             except (ConstraintError, RecursionError):
                 continue
-            for text in texts:
-                valid = check.is_valid(json.loads(text))
+            for text, valid in judged:
                 problem = None
                 try:
                     if args.level == "byte":

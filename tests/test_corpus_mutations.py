@@ -27,7 +27,7 @@ import warnings
 
 import pytest
 
-from bench.mutations import SHARED_CORPUS, mutate
+from bench.mutations import SHARED_CORPUS, mutate, verdict
 from bench.oracle import validator
 from grammars.dfa import LazyDFA
 from grammars.errors import ConstraintError
@@ -71,8 +71,8 @@ def test_mutants_the_oracle_refuses_are_refused(chunk):
                     mutant = mutate(mutant, rng)
                 for separators in ((",", ":"), (", ", ": ")):
                     text = json.dumps(mutant, separators=separators, ensure_ascii=rng.random() < 0.5)
-                    if check.is_valid(json.loads(text)):
-                        continue
+                    if verdict(check, json.loads(text)) is not False:
+                        continue                 # valid, or too slow for the oracle's backtracking `re`
                     checked += 1
                     for mode, dfa in dfas.items():
                         try:
