@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["mutate", "mutants", "verdict", "main", "SHARED_CORPUS", "ORACLE_SECONDS"]
+__all__ = ["mutate", "mutants", "verdict", "walk_tokens", "main", "SHARED_CORPUS", "ORACLE_SECONDS"]
 
 SHARED_CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus" / "maskbench-dev"
 
@@ -136,9 +136,23 @@ def mutants(tests: list[dict], rng: random.Random, count: int) -> list[str]:
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def walk_tokens(fsm: Any, tok: Any, text: str) -> tuple[bool, str | None]:
+    """`text`'s tokens (`tok.encode`) through token FSM `fsm`: (accepted, problem), where problem
+    names the first token that is in its state's mask but refused by the move, or the reverse."""
     import numpy as np
 
+    state = fsm.initial
+    for k, t in enumerate(tok.encode(text, add_special_tokens=False)):
+        nxt = fsm.next_state(state, t)
+        if bool(np.isin(t, fsm.allowed_token_ids(state))) != (nxt >= 0):
+            return False, f"token {k} ({tok.decode([t])!r}): {'in' if nxt < 0 else 'not in'} the mask, moved to {nxt}"
+        state = nxt
+        if state < 0:
+            break
+    return state >= 0 and fsm.is_accepting(state), None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     from bench.oracle import validator
     from constrained.compile import clear_cache, compile_json_schema
     from constrained.gguf_tokenizers import hf_tokenizer
@@ -191,16 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     if args.level == "byte":
                         accepted = fsm.dfa.matches(text.encode())
                     else:
-                        state = fsm.initial
-                        for k, t in enumerate(tok.encode(text, add_special_tokens=False)):
-                            nxt = fsm.next_state(state, t)
-                            if bool(np.isin(t, fsm.allowed_token_ids(state))) != (nxt >= 0):
-                                problem = f"token {k} ({tok.decode([t])!r}): in the mask iff not moving on it"
-                                break
-                            state = nxt
-                            if state < 0:
-                                break
-                        accepted = state >= 0 and fsm.is_accepting(state)
+                        accepted, problem = walk_tokens(fsm, tok, text)
                 except ConstraintError:                         # a state budget: refused, loudly
                     counts[(mode, "budget")] += 1
                     continue

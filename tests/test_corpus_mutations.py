@@ -27,7 +27,7 @@ import warnings
 
 import pytest
 
-from bench.mutations import SHARED_CORPUS, mutate, verdict
+from bench.mutations import SHARED_CORPUS, mutants, mutate, verdict, walk_tokens
 from bench.oracle import validator
 from grammars.dfa import LazyDFA
 from grammars.errors import ConstraintError
@@ -83,3 +83,42 @@ def test_mutants_the_oracle_refuses_are_refused(chunk):
                             accepted.append((path.stem, mode, text[:300]))
     assert schemas > 100 and checked > 1000, (schemas, checked)
     assert not accepted, f"{len(accepted)} invalid mutants accepted, e.g. {accepted[:5]}"
+
+
+def test_mutants_through_the_token_fsm(hf_tok, vocabulary):
+    """Every 4th schema, 6 mutants, as `python -m bench.mutations --level token` walks them: the
+    mutant's llama-bpe tokens through the token FSM, each token in its state's mask exactly when
+    the FSM moves on it, and no invalid mutant accepted (both member orders)."""
+    if not CORPUS.is_dir():
+        pytest.skip(f"{CORPUS} is absent (../shared/corpus/maskbench-dev: see shared/corpus/README.md)")
+    from constrained.compile import clear_cache, compile_json_schema
+
+    tok, vocab = hf_tok("llama-bpe"), vocabulary("llama-bpe")
+    bugs, walked = [], 0
+    for path in _cases()[::4]:
+        case = json.loads(path.read_text())
+        if not case["tests"]:
+            continue
+        check = validator(case["schema"])
+        judged = [(text, verdict(check, json.loads(text))) for text in mutants(case["tests"], random.Random(path.stem), 6)]
+        for options in ({}, {"any_order": True}):
+            clear_cache()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    fsm = compile_json_schema(case["schema"], vocab, **options)
+                except (ConstraintError, RecursionError):
+                    continue
+            for text, valid in judged:
+                if valid is None:
+                    continue
+                try:
+                    accepted, problem = walk_tokens(fsm, tok, text)
+                except ConstraintError:
+                    continue
+                walked += 1
+                if problem or (accepted and not valid):
+                    bugs.append((path.stem, options, problem or "invalid accepted", text[:300]))
+    clear_cache()
+    assert walked > 800, walked
+    assert not bugs, bugs[:5]
