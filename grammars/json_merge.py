@@ -23,7 +23,7 @@ from math import gcd, lcm
 from typing import Any, Callable
 
 from grammars.ecma import both_patterns
-from grammars.errors import UnsupportedSchemaError
+from grammars.errors import StateBudgetError, UnsupportedSchemaError
 from grammars.json_values import json_key, json_type
 
 __all__ = ["Merger", "normalize", "negation", "TYPES", "ANNOTATIONS", "UNEVALUATED", "type_set", "disjoint"]
@@ -440,6 +440,27 @@ def whole_types(s: Schema) -> set[str]:
     return out
 
 
+# Merging recurses along the subschemas merged (their properties, items). A recursive `$ref`
+# merged with other keywords recurses forever: `{"allOf": [{"$ref": "#/definitions/item"}],
+# "additionalProperties": ...}` inside `item` itself merges the same two schemas again at each level
+# (compiled, that overflowed the C stack and crashed the process). From `CYCLE_CHECK_DEPTH` nested
+# merges on, each pair merged is looked for among those still being merged (`_shallow`: by the identity
+# of their members, which the merges in progress keep alive): a repeat is refused. Below it nothing is
+# looked up (real schemas merge a few levels deep). Past `MAX_MERGE_DEPTH` (the schema compiler's
+# nesting limit, `json_schema.MAX_NESTING`) a merge is refused as too deep.
+CYCLE_CHECK_DEPTH = 64
+MAX_MERGE_DEPTH = 2000
+
+
+def _shallow(s: Schema) -> Any:
+    """What identifies a schema being merged, in O(its keys): its members' names with the strings
+    themselves and every other value by identity (equal keys mean equal schemas; a repeat whose
+    numbers are different objects goes unseen, up to `MAX_MERGE_DEPTH`)."""
+    if type(s) is not dict:
+        return id(s) if type(s) is not bool else s
+    return tuple((k, v if type(v) is str else id(v)) for k, v in s.items())
+
+
 class Merger:
     """Merges schemas; `resolve(ref, base, path)` follows `$ref` one level."""
 
@@ -448,6 +469,9 @@ class Merger:
         self.draft = draft
         self.base = base
         self._expanding: list[int] = []
+        self._depth = 0                          # merges in progress, nested (see CYCLE_CHECK_DEPTH)
+        self._outer = "$"                        # the path of the outermost one
+        self._merging: set[tuple] = set()         # (a, b) keys of the merges in progress past that depth
 
     def flatten(self, s: Schema, path: str) -> Schema:
         """`s` without a top-level `$ref` or `allOf` (both merged in)."""
@@ -473,6 +497,37 @@ class Merger:
         return s
 
     def merge(self, a: Schema, b: Schema, path: str) -> Schema:
+        depth = self._depth
+        if depth == 0:
+            self._outer = path
+        elif depth >= CYCLE_CHECK_DEPTH:
+            return self._merge_deep(a, b, path)
+        self._depth = depth + 1
+        try:
+            return self._merge(a, b, path)
+        finally:
+            self._depth = depth
+
+    def _merge_deep(self, a: Schema, b: Schema, path: str) -> Schema:
+        """`merge` past `CYCLE_CHECK_DEPTH` nested merges: refused when the same pair is being merged
+        further out (a recursive `$ref` merged with other keywords), or past `MAX_MERGE_DEPTH`."""
+        if self._depth >= MAX_MERGE_DEPTH:
+            raise StateBudgetError(MAX_MERGE_DEPTH, f"merging the subschemas at {self._outer}",
+                                   unit="levels of nesting", option=None)
+        key = (_shallow(a), _shallow(b))
+        if key in self._merging:
+            raise UnsupportedSchemaError("$ref", self._outer, "a recursive $ref merged with other keywords (allOf, or "
+                                         "keywords beside $ref) merges the same schemas again inside themselves: "
+                                         "the merged schema would be infinite")
+        self._merging.add(key)
+        self._depth += 1
+        try:
+            return self._merge(a, b, path)
+        finally:
+            self._depth -= 1
+            self._merging.discard(key)
+
+    def _merge(self, a: Schema, b: Schema, path: str) -> Schema:
         a, b = self.flatten(a, path), self.flatten(b, path)
         for side in (a, b):
             for key in UNEVALUATED:

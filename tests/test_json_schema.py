@@ -22,6 +22,7 @@ import hypothesis_jsonschema._from_schema as _hjs
 from hypothesis.internal.conjecture import utils as _cu
 
 from bench.oracle import canonical, key_order, strict_schema, validator
+from grammars.deep import deep_call
 from grammars.dfa import LazyDFA
 from grammars.errors import InvalidSchemaError, UnsupportedSchemaError
 from grammars.json_schema import WhitespacePolicy, json_schema_grammar, load_schema
@@ -688,3 +689,43 @@ def test_negated_format_agrees_with_jsonschema(schema):
     validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
     for inst in ("1.2.3.4", "1.2.3", "x", "", "2024-01-31", "2024-13-01", "255.255.255.255", 5, None, [], {}):
         assert dfa.matches(json.dumps(inst).encode()) == validator.is_valid(inst), (schema, inst)
+
+
+RECURSIVE_MERGE = {
+    # a menu item's children are menu items with one more keyword: the merge of the two recurses
+    # into itself at every level (maskbench-dev's Github_medium---o13136 with `additionalProperties` added
+    # beside its `allOf`, by a schema-editing fuzzer)
+    "definitions": {"item": {"type": "object", "required": ["label"], "additionalProperties": False, "properties": {
+        "label": {"type": "string"},
+        "children": {"type": "array", "items": {"allOf": [{"$ref": "#/definitions/item"}],
+                                                "additionalProperties": {"type": "string"}}}}}},
+    "type": "array", "items": {"$ref": "#/definitions/item"},
+}
+
+
+def test_a_recursive_ref_merged_with_other_keywords_is_refused_not_a_crash():
+    """Compiled, the merge recursed until the C stack overflowed and the process died (SIGSEGV); in
+    Python it took `deep_call`'s 50,000 levels. Now the repeated merge is refused with its path. A
+    child process, so that a crash fails this test rather than the run."""
+    import subprocess
+    import sys
+
+    code = ("import json, sys\nfrom grammars.json_schema import json_schema_grammar\nfrom grammars.errors import "
+            "UnsupportedSchemaError\ntry:\n    json_schema_grammar(json.loads(sys.argv[1]))\nexcept UnsupportedSchemaError"
+            " as e:\n    print(e.keyword, e.path)\n")
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(RECURSIVE_MERGE)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["$ref", "$.definitions.item.properties.children.items.allOf[0]"], out.stdout
+
+
+def test_merges_nested_past_the_nesting_limit_are_a_budget_error():
+    """`allOf` nested 3,000 levels: each level merges the next, past `json_merge.MAX_MERGE_DEPTH`."""
+    from grammars.errors import StateBudgetError
+    from grammars.json_merge import MAX_MERGE_DEPTH
+
+    schema: dict = {"type": "integer"}
+    for _ in range(MAX_MERGE_DEPTH + 1000):
+        schema = {"allOf": [schema, {"description": "a level"}]}
+    with pytest.raises(StateBudgetError, match="levels of nesting"):
+        deep_call(json_schema_grammar, schema)
