@@ -13,7 +13,11 @@ edits), serializes each mutant compact or with spaces, asks the oracle
   every step whether the token is in the state's mask exactly when the FSM
   moves on it.
 
-It prints how many mutants each verdict got. An invalid mutant accepted, or
+With ``--edit-schemas`` each schema is edited too (`edit_schema`: bounds,
+`required`, `additionalProperties`, `enum`, types, `pattern`, `format`,
+`uniqueItems`), and a compile that raises anything but a `ConstraintError`
+is a bug; one that crashes the process ends the run (run it under
+``python -X faulthandler``). It prints how many mutants each verdict got. An invalid mutant accepted, or
 a mask that disagrees with the move, is a bug; valid mutants refused are
 expected where README's "Numbers" refuses a spelling (`1.0` for an integer,
 `0e0`, past 1e308) and where the oracle is more lenient than the spec
@@ -24,7 +28,7 @@ skipped. `tests/test_corpus_mutations.py` runs a fixed, small sample of the
 byte level on every test run.
 
 Run: ``python -m bench.mutations [--corpus DIR] [--minutes M] [--seed S] [--level byte|token] [--any-order]
-[--jsonl FILE]``
+[--edit-schemas] [--jsonl FILE]``
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["mutate", "mutants", "verdict", "walk_tokens", "main", "SHARED_CORPUS", "ORACLE_SECONDS"]
+__all__ = ["mutate", "mutants", "edit_schema", "verdict", "walk_tokens", "main", "SHARED_CORPUS", "ORACLE_SECONDS"]
 
 SHARED_CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus" / "maskbench-dev"
 
@@ -136,6 +140,50 @@ def mutants(tests: list[dict], rng: random.Random, count: int) -> list[str]:
     return out
 
 
+_BOUNDS = {"minimum": [0, 1, -1, 2, 5, 10, 12, 100, 0.5, 1.5, -2.5, 1e6], "multipleOf": [1, 2, 3, 5, 10, 0.5, 0.25, 0.1]}
+_EDITS = ("bound", "required", "additionalProperties", "enum", "type", "pattern", "format", "uniqueItems")
+
+
+def edit_schema(schema: Any, rng: random.Random) -> Any:
+    """A copy of `schema` with one to three keywords of its subschemas set or changed: a bound or
+    count, `required`, `additionalProperties`, an `enum` shortened, a type added, a `pattern`, a
+    `format`, `uniqueItems`."""
+    schema = copy.deepcopy(schema)
+    subs: list[dict] = []
+    todo = [schema]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, dict):
+            subs.append(x)
+            todo.extend(x.values())
+        elif isinstance(x, list):
+            todo.extend(x)
+    for _ in range(rng.randint(1, 3)):
+        n, kind = rng.choice(subs), rng.choice(_EDITS)
+        if kind == "bound":
+            key = rng.choice(("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength",
+                              "minItems", "maxItems", "minProperties", "maxProperties", "multipleOf"))
+            values = _BOUNDS.get(key, _BOUNDS["minimum"] if "imum" in key else [0, 1, 2, 3, 5, 8, 20])
+            n[key] = rng.choice(values)
+        elif kind == "required" and isinstance(n.get("properties"), dict) and n["properties"]:
+            have = n.get("required") if isinstance(n.get("required"), list) else []
+            n["required"] = have[1:] if have and rng.random() < 0.5 else sorted(set(have) | {rng.choice(list(n["properties"]))})
+        elif kind == "additionalProperties":
+            n[kind] = rng.choice([True, False, {"type": "string"}])
+        elif kind == "enum" and isinstance(n.get("enum"), list) and len(n["enum"]) > 1:
+            n["enum"] = n["enum"][1:]
+        elif kind == "type" and "type" in n:
+            t = n["type"]
+            n["type"] = sorted(({t} if isinstance(t, str) else set(t)) | {rng.choice(["null", "string", "integer", "number"])})
+        elif kind == "pattern":
+            n[kind] = rng.choice(["^[a-z]+$", "^\\d{3}$", "a", "^.{2,5}$", "^(x|y)*$"])
+        elif kind == "format":
+            n[kind] = rng.choice(["date", "email", "uuid", "ipv4", "date-time", "uri"])
+        elif kind == "uniqueItems":
+            n[kind] = True
+    return schema
+
+
 def walk_tokens(fsm: Any, tok: Any, text: str) -> tuple[bool, str | None]:
     """`text`'s tokens (`tok.encode`) through token FSM `fsm`: (accepted, problem), where problem
     names the first token that is in its state's mask but refused by the move, or the reverse."""
@@ -166,6 +214,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--level", choices=("byte", "token"), default="byte")
     p.add_argument("--any-order", action="store_true", help="only any_order=True (default: both member orders)")
+    p.add_argument("--edit-schemas", action="store_true", help="edit each schema's keywords too (`edit_schema`); a "
+                   "compile raising anything but a ConstraintError is a bug")
     p.add_argument("--jsonl", help="write every bug found here")
     args = p.parse_args(argv)
     files = sorted(Path(args.corpus).glob("*.json"))
@@ -185,7 +235,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         case = json.loads(path.read_text())
         if not case["tests"]:
             continue
+        if args.edit_schemas:
+            case["schema"] = edit_schema(case["schema"], rng)
         check = validator(case["schema"])
+        if args.edit_schemas:
+            try:
+                check.check_schema(case["schema"])
+            except Exception:  # noqa: BLE001 - an edit the metaschema refuses (jsonschema's SchemaError)
+                counts[("schema edits refused by the metaschema",)] += 1
+                continue
         judged = []
         for text in mutants(case["tests"], rng, 20):
             valid = verdict(check, json.loads(text))
@@ -197,7 +255,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             clear_cache()
             try:
                 fsm = compile_json_schema(case["schema"], vocab, **options)
-            except (ConstraintError, RecursionError):
+            except ConstraintError:
+                continue
+            except Exception as e:  # noqa: BLE001 - a crash of the compiler, reported
+                bugs.append({"schema": path.stem, "mode": mode, "problem": f"compile raised {type(e).__name__}: {e}",
+                             "edited": case["schema"] if args.edit_schemas else None, "text": ""})
                 continue
             for text, valid in judged:
                 problem = None
@@ -213,7 +275,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if problem or (accepted and not valid):
                     bugs.append({"schema": path.stem, "mode": mode, "valid": valid, "accepted": accepted,
                                  "problem": problem, "text": text[:2000]})
-    print(f"mutants of {args.corpus} ({args.level} level, seed {args.seed}, {args.minutes} min):")
+    edited = ", schemas edited" if args.edit_schemas else ""
+    print(f"mutants of {args.corpus} ({args.level} level{edited}, seed {args.seed}, {args.minutes} min):")
     for key, n in sorted(counts.items()):
         print(f"  {' '.join(key)}: {n}")
     print(f"bugs (invalid accepted, or mask and move disagreeing): {len(bugs)}")
