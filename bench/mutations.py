@@ -274,7 +274,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 counts[(mode, "valid" if valid else "invalid", "accepted" if accepted else "refused")] += 1
                 if problem or (accepted and not valid):
                     bugs.append({"schema": path.stem, "mode": mode, "valid": valid, "accepted": accepted,
-                                 "problem": problem, "text": text[:2000]})
+                                 "problem": problem, "text": text[:2000],
+                                 "edited": case["schema"] if args.edit_schemas else None})
     edited = ", schemas edited" if args.edit_schemas else ""
     print(f"mutants of {args.corpus} ({args.level} level{edited}, seed {args.seed}, {args.minutes} min):")
     for key, n in sorted(counts.items()):
