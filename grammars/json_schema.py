@@ -80,7 +80,7 @@ from grammars.json_doubles import (
     ANY_DOUBLE, checked_multiples, divides_exactly, double_interval, double_value, exact_value, int_bounds,
     safe_integers,
 )
-from grammars.json_formats import FORMATS, format_node
+from grammars.json_formats import DRAFT_FORMATS, FORMATS, format_node
 from grammars.json_length import DEFAULT_SIZE_BUDGET, EXPANSION_BUDGET, restrict_length
 from grammars.json_merge import (
     ANNOTATIONS, KEYWORD_TYPE, NOT_IN_DRAFT, TYPES, UNEVALUATED, Merger, disjoint, negation, normalize, plain_not, type_set,
@@ -456,13 +456,16 @@ class Compiler:
 
     def resolving(self, path: str, base: str) -> Callable[[Any], Any]:
         """`json_merge.negation`'s `resolve`: a subschema with its `$ref` and `allOf` merged in
-        (`flatten`), without what compiling it ignores (unknown keywords, a `format` not known)."""
+        (`flatten`), without what compiling it ignores (unknown keywords, a `format` not known) or what a
+        negation must (a `format` the schema's draft does not define: `json_formats.DRAFT_FORMATS`)."""
+
+        formats = DRAFT_FORMATS.get(self.draft, FORMATS)   # (a format the schema's draft lacks: ignored)
 
         def resolve(s: Any) -> Any:
             flat = self.flatten(s, path, base)
             if isinstance(flat, dict) and any(k not in KNOWN_KEYWORDS or k == "format" for k in flat):
                 flat = {k: v for k, v in flat.items()
-                        if k in KNOWN_KEYWORDS and not (k == "format" and isinstance(v, str) and v not in FORMATS)}
+                        if k in KNOWN_KEYWORDS and not (k == "format" and isinstance(v, str) and v not in formats)}
             return flat
 
         return resolve
@@ -508,7 +511,8 @@ class Compiler:
             others = set() if "type" in keys else set(TYPES) - {"string"}
             if not isinstance(n["format"], str):
                 raise InvalidSchemaError("`format` must be a string", f"{path}.not", n["format"])
-            if format_node(n["format"]) is None:   # an annotation: every string passes it, `not` fails them
+            if format_node(n["format"]) is None or n["format"] not in DRAFT_FORMATS.get(self.draft, FORMATS):
+                # an annotation (unknown, or not in the schema's draft): every string passes it, `not` fails them
                 return others | {"string"}, [], []
             return others, [], [("format", n["format"])]
         raise UnsupportedSchemaError("not", path, "only `not` of types, enum/const, a pattern, a format and anyOf "

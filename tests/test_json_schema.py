@@ -729,3 +729,32 @@ def test_merges_nested_past_the_nesting_limit_are_a_budget_error():
         schema = {"allOf": [schema, {"description": "a level"}]}
     with pytest.raises(StateBudgetError, match="levels of nesting"):
         deep_call(json_schema_grammar, schema)
+
+
+@pytest.mark.parametrize("draft, checked", [("http://json-schema.org/draft-04/schema#", False),
+                                            ("http://json-schema.org/draft-07/schema#", False),
+                                            ("https://json-schema.org/draft/2020-12/schema", True)])
+def test_a_format_the_draft_lacks_is_ignored_inside_negations(draft, checked):
+    """`uuid` is no format of drafts 4 and 7, whose validators pass any string there. Checked inside
+    a `oneOf` branch's negation, a draft-4 schema let through an object valid under both branches
+    (found by `bench.mutations --edit-schemas`: maskbench-dev's Github_hard---o39535 with a `format`
+    added). Outside negations the format is still checked (stricter than such a draft, never laxer)."""
+    from bench.oracle import validator
+
+    one_of = {"$schema": draft, "type": "object", "oneOf": [
+        {"properties": {"uri": {"type": "string"}}, "required": ["uri"]},
+        {"properties": {"id": {"type": "string", "format": "uuid"}}, "required": ["id"]}]}
+    negated = {"$schema": draft, "type": "string", "not": {"format": "uuid"}}
+    uuid = "00000000-0000-0000-0000-000000000000"
+    for schema, texts in ((one_of, ['{"uri": "a", "id": "x"}', '{"uri": "a"}', '{"id": "%s"}' % uuid, '{"id": "x"}']),
+                          (negated, ['"x"', '"%s"' % uuid])):
+        dfa = LazyDFA(json_schema_grammar(schema, any_order=True), max_depth=64)
+        check = validator(schema)
+        for text in texts:
+            if dfa.matches(text.encode()):
+                assert check.is_valid(json.loads(text)), (draft, schema, text)
+    # outside a negation every known format is checked, whatever the draft
+    plain = LazyDFA(json_schema_grammar({"$schema": draft, "type": "string", "format": "uuid"}))
+    assert plain.matches(f'"{uuid}"'.encode()) and not plain.matches(b'"x"')
+    # and inside one, in the drafts that define it: a string that is no uuid passes `not`
+    assert LazyDFA(json_schema_grammar(negated)).matches(b'"x"') is checked
