@@ -18,14 +18,15 @@ With ``--edit-schemas`` each schema is edited too (`edit_schema`: bounds,
 `uniqueItems`), and a compile that raises anything but a `ConstraintError`
 is a bug; one that crashes the process ends the run (run it under
 ``python -X faulthandler``). It prints how many mutants each verdict got. An invalid mutant accepted, or
-a mask that disagrees with the move, is a bug; valid mutants refused are
-expected where README's "Numbers" refuses a spelling (`1.0` for an integer,
-`0e0`, past 1e308) and where the oracle is more lenient than the spec
-(jsonschema's `email` wants an `@` only; Python's `$` also matches before a
-final newline), so those are counted, not judged; mutants the oracle takes
-over `ORACLE_SECONDS` to judge (its backtracking `re`) are counted and
-skipped. `tests/test_corpus_mutations.py` runs a fixed, small sample of the
-byte level on every test run.
+a mask that disagrees with the move, is a bug. A valid mutant refused is
+counted by its reason (`refusal_kind`): members out of the declared order,
+a number README's "Numbers" refuses (`1.0` for an integer, a float past
+1e308), a `format` (ours is checked where a draft lacks it, and jsonschema's
+`email` wants an `@` only); one with none of these is a bug too. Mutants
+the oracle takes over `ORACLE_SECONDS` to judge (its backtracking `re`), or
+cannot judge (an edited schema whose `$ref` reaches a non-schema), are
+counted and skipped. `tests/test_corpus_mutations.py` runs a fixed, small
+sample on every test run.
 
 Run: ``python -m bench.mutations [--corpus DIR] [--minutes M] [--seed S] [--level byte|token] [--any-order]
 [--edit-schemas] [--jsonl FILE]``
@@ -44,9 +45,10 @@ import warnings
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
-__all__ = ["mutate", "mutants", "edit_schema", "verdict", "walk_tokens", "main", "SHARED_CORPUS", "ORACLE_SECONDS"]
+__all__ = ["mutate", "mutants", "edit_schema", "verdict", "walk_tokens", "refusal_kind", "without_formats",
+           "integral_numbers", "main", "SHARED_CORPUS", "ORACLE_SECONDS"]
 
 SHARED_CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus" / "maskbench-dev"
 
@@ -200,6 +202,77 @@ def walk_tokens(fsm: Any, tok: Any, text: str) -> tuple[bool, str | None]:
     return state >= 0 and fsm.is_accepting(state), None
 
 
+# keywords whose value maps names to subschemas (a key there is a name, not a keyword), and those
+# whose value is data, not a schema
+_NAME_MAPS = ("properties", "patternProperties", "definitions", "$defs", "dependentSchemas", "dependencies")
+_DATA = ("enum", "const", "default", "examples")
+
+
+def without_formats(schema: Any) -> Any:
+    """A copy of `schema` without its `format` keywords (a property named "format" is kept)."""
+    def strip(node: Any, names: bool) -> Any:
+        if isinstance(node, list):
+            return [strip(x, False) for x in node]
+        if not isinstance(node, dict):
+            return node
+        return {k: v if k in _DATA and not names else strip(v, k in _NAME_MAPS and not names)
+                for k, v in node.items() if names or k != "format"}
+    return strip(schema, False)
+
+
+def integral_numbers(value: Any) -> Any:
+    """`value` with every integral float written as an int (`12.0` -> `12`, `-0.0` -> `0`)."""
+    if isinstance(value, dict):
+        return {k: integral_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [integral_numbers(v) for v in value]
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2 ** 63:
+        return int(value)
+    return value
+
+
+def _floats(value: Any) -> Iterator[float]:
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        for v in value:
+            yield from _floats(v)
+    elif isinstance(value, float):
+        yield value
+
+
+def refusal_kind(schema: Any, text: str, accepts: Any, declared: bool = False) -> str:
+    """Why our automaton refuses `text`, an instance of `schema` the oracle calls valid.
+
+    `accepts(schema, text, any_order)` is our verdict. The first of these that holds:
+    "member order": `declared` and accepted with ``any_order=True`` (declared
+    order, the default, is a choice); "number range": a float at or past 1e308
+    or below 1e-323 (README "Numbers": none overflows or underflows); "number
+    spelling": accepted with its integral numbers written as integers (`1.0` is
+    not an integer's spelling, by design); "format": accepted with the
+    schema's `format`s dropped (ours are checked where a draft lacks them, and
+    `email` is stricter than jsonschema's, by design); "other": none of these,
+    a bug to look at. From "number spelling" on, members may come in any order.
+    """
+    if declared and accepts(schema, text, True):
+        return "member order"
+    value = json.loads(text)
+    if any(abs(x) >= 1e308 or 0 < abs(x) < 1e-323 for x in _floats(value)):
+        return "number range"
+
+    def either(sch: Any, v: Any) -> bool:
+        return any(accepts(sch, json.dumps(v, separators=sep, ensure_ascii=text.isascii()), True)
+                   for sep in ((",", ":"), (", ", ": ")))
+
+    respelled = integral_numbers(value)
+    if json.dumps(respelled) != json.dumps(value) and either(schema, respelled):
+        return "number spelling"
+    bare = without_formats(schema)
+    if bare != schema and (accepts(bare, text, True) or either(bare, respelled)):
+        return "format"
+    return "other"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from bench.oracle import validator
     from constrained.compile import clear_cache, compile_json_schema
@@ -228,7 +301,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     vocab = Vocabulary.from_tokenizer(tok)
     VocabIndex.for_vocab(vocab)
     counts: Counter = Counter()
+
+    def byte_accepts(schema: Any, text: str, any_order: bool) -> bool:
+        try:
+            return bool(compile_json_schema(schema, vocab, any_order=any_order).dfa.matches(text.encode()))
+        except ConstraintError:
+            return False
     bugs: list[dict] = []
+    oracle_failures: list[dict] = []   # cases the oracle could not judge: none of ours is checked on them
     end = time.monotonic() + 60 * args.minutes
     while time.monotonic() < end:
         path = rng.choice(files)
@@ -245,12 +325,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 counts[("schema edits refused by the metaschema",)] += 1
                 continue
         judged = []
-        for text in mutants(case["tests"], rng, 20):
-            valid = verdict(check, json.loads(text))
-            if valid is None:
-                counts[("oracle too slow",)] += 1
-            else:
-                judged.append((text, valid))
+        try:
+            for text in mutants(case["tests"], rng, 20):
+                valid = verdict(check, json.loads(text))
+                if valid is None:
+                    counts[("oracle too slow",)] += 1
+                else:
+                    judged.append((text, valid))
+        except Exception as e:  # noqa: BLE001 - the oracle failing on an edited schema (a `$ref` to a non-schema)
+            counts[("oracle raised", type(e).__name__)] += 1
+            oracle_failures.append({"schema": path.stem, "problem": f"oracle raised {type(e).__name__}: {e}",
+                                    "edited": case["schema"]})
+            continue
         for mode, options in modes.items():
             clear_cache()
             try:
@@ -272,6 +358,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                     counts[(mode, "budget")] += 1
                     continue
                 counts[(mode, "valid" if valid else "invalid", "accepted" if accepted else "refused")] += 1
+                if valid and not accepted and not problem:
+                    kind = refusal_kind(case["schema"], text, byte_accepts, declared=mode == "declared")
+                    counts[(mode, "valid refused:", kind)] += 1
+                    if kind == "other":
+                        problem = "valid refused"
                 if problem or (accepted and not valid):
                     bugs.append({"schema": path.stem, "mode": mode, "valid": valid, "accepted": accepted,
                                  "problem": problem, "text": text[:2000],
@@ -280,12 +371,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"mutants of {args.corpus} ({args.level} level{edited}, seed {args.seed}, {args.minutes} min):")
     for key, n in sorted(counts.items()):
         print(f"  {' '.join(key)}: {n}")
-    print(f"bugs (invalid accepted, or mask and move disagreeing): {len(bugs)}")
+    print(f"bugs (invalid accepted, valid refused for no reason above, or mask and move disagreeing): {len(bugs)}")
     for bug in bugs[:10]:
         print(f"  {bug['schema']} ({bug['mode']}): {bug['problem'] or 'invalid accepted'}: {bug['text'][:200]}")
     if args.jsonl:
         with open(args.jsonl, "w") as f:
             f.writelines(json.dumps(b) + "\n" for b in bugs)
+        if oracle_failures:
+            with open(args.jsonl + ".oracle", "w") as f:
+                f.writelines(json.dumps(b) + "\n" for b in oracle_failures)
     return 1 if bugs else 0
 
 

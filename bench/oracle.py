@@ -7,7 +7,8 @@ uses by importing them from here):
 - with `numbers="exact"` (the compile option of the same name), `multipleOf`
   in decimal (jsonschema divides floats and calls 19.99 not a multiple of
   0.01); by default it divides floats, as every double-based validator does;
-- `pattern` with ECMA-262's ASCII `\\d` / `\\w`;
+- `pattern` read as ECMA-262 reads it (`ecma_regex`): ASCII `\\d` / `\\w`, `$` only at the end,
+  `.` and `\\s` as ECMA defines them;
 - reference checks for the formats whose optional checkers (rfc3339-validator,
   fqdn, rfc3987, isoduration) are usually not installed, so that a malformed
   `date-time` is not silently "valid".
@@ -23,13 +24,14 @@ from __future__ import annotations
 
 import copy
 import datetime
+import functools
 import re
 from decimal import Decimal
 from typing import Any, Iterator
 
 import jsonschema
 
-__all__ = ["validator", "is_valid", "key_order", "canonical", "strict_schema"]
+__all__ = ["validator", "is_valid", "ecma_regex", "key_order", "canonical", "strict_schema"]
 
 _RFC3339_TIME = re.compile(r"([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+)?([zZ]|[+-]([01]\d|2[0-3]):[0-5]\d)")
 _DURATION = re.compile(
@@ -88,8 +90,62 @@ def _decimal_multiple_of(validator: Any, multiple: Any, instance: Any, schema: A
             yield jsonschema.ValidationError(f"{instance!r} is not a multiple of {multiple!r}")
 
 
+# ECMA-262's WhiteSpace and LineTerminator code points: what `\s` matches there (Python's `\s` with
+# re.ASCII has only the first six)
+_ECMA_SPACES = "\\t\\n\\v\\f\\r \\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000\\ufeff"
+
+
+@functools.lru_cache(maxsize=4096)
+def ecma_regex(pattern: str) -> re.Pattern:
+    """`pattern` read as ECMA-262 reads it (no flags), compiled by Python's `re`.
+
+    `re.ASCII` gives ECMA's ASCII `\\d`, `\\w` and `\\b`; the rest is rewritten:
+    `$` is the end of the input (Python's also matches before a final newline:
+    "ab\\n" matched ``^ab$``), `.` is any character but a line terminator (\\n,
+    \\r, U+2028, U+2029; Python's only excludes \\n), and `\\s` / `\\S` are
+    ECMA's white space and line terminators (U+00A0, U+FEFF, ...), inside a
+    class too where they can be (`\\S` inside a class stays Python's). A pattern
+    Python cannot read (ECMA-only syntax) raises `re.error`.
+
+    Example:
+        >>> bool(ecma_regex("^ab$").search("ab\\n")), bool(re.search("^ab$", "ab\\n"))
+        (False, True)
+    """
+    out, i, in_class = [], 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern):
+            e = pattern[i + 1]
+            if e == "s":
+                out.append(_ECMA_SPACES if in_class else f"[{_ECMA_SPACES}]")
+            elif e == "S" and not in_class:
+                out.append(f"[^{_ECMA_SPACES}]")
+            else:
+                out.append(c + e)
+            i += 2
+            continue
+        if in_class:
+            if c == "]":
+                in_class = False
+        elif c == "[":
+            in_class = True
+            if pattern.startswith("^]", i + 1) or pattern.startswith("]", i + 1):
+                # ECMA's `[]` / `[^]` end there (nothing / anything); Python reads the `]` as a member
+                out.append("(?!)" if pattern[i + 1] == "]" else "[\\s\\S]")
+                i += 2 if pattern[i + 1] == "]" else 3
+                in_class = False
+                continue
+        elif c == ".":
+            c = "[^\\n\\r\\u2028\\u2029]"
+        elif c == "$":
+            c = "\\Z"
+        out.append(c)
+        i += 1
+    return re.compile("".join(out), re.ASCII)
+
+
 def _ecma_pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[Exception]:
-    if validator.is_type(instance, "string") and not re.search(pattern, instance, re.ASCII):
+    if validator.is_type(instance, "string") and not ecma_regex(pattern).search(instance):
         yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
