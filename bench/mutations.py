@@ -29,7 +29,7 @@ counted and skipped. `tests/test_corpus_mutations.py` runs a fixed, small
 sample on every test run.
 
 Run: ``python -m bench.mutations [--corpus DIR] [--minutes M] [--seed S] [--level byte|token] [--any-order]
-[--edit-schemas] [--jsonl FILE]``
+[--edit-schemas [--structural]] [--jsonl FILE]``
 """
 
 from __future__ import annotations
@@ -146,10 +146,23 @@ _BOUNDS = {"minimum": [0, 1, -1, 2, 5, 10, 12, 100, 0.5, 1.5, -2.5, 1e6], "multi
 _EDITS = ("bound", "required", "additionalProperties", "enum", "type", "pattern", "format", "uniqueItems")
 
 
-def edit_schema(schema: Any, rng: random.Random) -> Any:
+# structural edits (`edit_schema(..., structural=True)`): the keywords of exact boolean logic,
+# conditionals, dependencies, counted `contains` and recursion, around the schema's own parts
+_STRUCTURAL = ("not", "oneOf", "anyOf", "allOf", "if", "dependentRequired", "dependentSchemas", "dependencies",
+               "patternProperties", "propertyNames", "contains", "prefixItems", "const", "enum", "$ref")
+_SMALL = ({"type": "string"}, {"type": "integer"}, {"type": "number", "minimum": 0}, {"type": "object"},
+          {"type": "array"}, {"type": "null"}, {"type": "boolean"}, {"minLength": 3}, {"maxLength": 4},
+          {"maxItems": 2}, {"pattern": "^[a-z]+$"}, {"not": {"type": "null"}}, {"minimum": 10}, {"maxProperties": 2})
+_VALUES = (0, 1, -1, 2.5, "", "a", "example", None, True, False, [], {})
+
+
+def edit_schema(schema: Any, rng: random.Random, structural: bool = False) -> Any:
     """A copy of `schema` with one to three keywords of its subschemas set or changed: a bound or
     count, `required`, `additionalProperties`, an `enum` shortened, a type added, a `pattern`, a
-    `format`, `uniqueItems`."""
+    `format`, `uniqueItems`; with `structural`, also `not`, `oneOf`, `anyOf`, `allOf`,
+    `if`/`then`/`else`, the dependency keywords, `patternProperties`, `propertyNames`, `contains`
+    with its counts, `prefixItems`, `const`, `enum` and a `$ref` to the root (recursion), each made
+    of small schemas and copies of the schema's own parts."""
     schema = copy.deepcopy(schema)
     subs: list[dict] = []
     todo = [schema]
@@ -161,7 +174,11 @@ def edit_schema(schema: Any, rng: random.Random) -> Any:
         elif isinstance(x, list):
             todo.extend(x)
     for _ in range(rng.randint(1, 3)):
-        n, kind = rng.choice(subs), rng.choice(_EDITS)
+        n = rng.choice(subs)
+        if structural and rng.random() < 0.6:
+            _edit_structure(n, rng, subs)
+            continue
+        kind = rng.choice(_EDITS)
         if kind == "bound":
             key = rng.choice(("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength",
                               "minItems", "maxItems", "minProperties", "maxProperties", "multipleOf"))
@@ -184,6 +201,51 @@ def edit_schema(schema: Any, rng: random.Random) -> Any:
         elif kind == "uniqueItems":
             n[kind] = True
     return schema
+
+
+def _edit_structure(n: dict, rng: random.Random, subs: list[dict]) -> None:
+    """One structural edit of subschema `n`, in place (see `edit_schema`)."""
+    def part() -> Any:
+        if rng.random() < 0.4 and subs:
+            return copy.deepcopy(rng.choice(subs))
+        return copy.deepcopy(rng.choice(_SMALL))
+
+    props = n.get("properties") if isinstance(n.get("properties"), dict) else {}
+    names = list(props) or ["a", "name", "id"]
+    kind = rng.choice(_STRUCTURAL)
+    if kind == "not":
+        n["not"] = part()
+    elif kind in ("oneOf", "anyOf", "allOf"):
+        n[kind] = [part() for _ in range(rng.randint(1, 3))]
+    elif kind == "if":
+        n["if"] = rng.choice([part(), {"required": [rng.choice(names)]}])
+        n["then"] = part()
+        if rng.random() < 0.6:
+            n["else"] = part()
+    elif kind == "dependentRequired":
+        n[kind] = {rng.choice(names): rng.sample(names, min(len(names), rng.randint(1, 2)))}
+    elif kind == "dependentSchemas":
+        n[kind] = {rng.choice(names): part()}
+    elif kind == "dependencies":
+        n[kind] = {rng.choice(names): rng.choice([rng.sample(names, min(len(names), 2)), part()])}
+    elif kind == "patternProperties":
+        n[kind] = {rng.choice(["^a", "^[a-z]+$", "_id$", "^x-", "."]): part()}
+    elif kind == "propertyNames":
+        n[kind] = rng.choice([{"pattern": "^[a-z_]+$"}, {"maxLength": 6}, {"enum": names}, {"not": {"const": names[0]}}])
+    elif kind == "contains":
+        n[kind] = part()
+        if rng.random() < 0.5:
+            n["minContains"] = rng.choice([0, 1, 2])
+        if rng.random() < 0.5:
+            n["maxContains"] = rng.choice([1, 2, 3])
+    elif kind == "prefixItems":
+        n[kind] = [part() for _ in range(rng.randint(1, 2))]
+    elif kind == "const":
+        n[kind] = rng.choice(_VALUES)
+    elif kind == "enum":
+        n[kind] = rng.sample(_VALUES, rng.randint(1, 4))
+    else:
+        n["$ref"] = "#"
 
 
 def walk_tokens(fsm: Any, tok: Any, text: str) -> tuple[bool, str | None]:
@@ -289,6 +351,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--any-order", action="store_true", help="only any_order=True (default: both member orders)")
     p.add_argument("--edit-schemas", action="store_true", help="edit each schema's keywords too (`edit_schema`); a "
                    "compile raising anything but a ConstraintError is a bug")
+    p.add_argument("--structural", action="store_true", help="with --edit-schemas: structural edits too (`not`, "
+                   "`oneOf`, `if`, dependencies, `contains`, `$ref` to the root, ...)")
     p.add_argument("--jsonl", help="write every bug found here")
     args = p.parse_args(argv)
     files = sorted(Path(args.corpus).glob("*.json"))
@@ -316,7 +380,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not case["tests"]:
             continue
         if args.edit_schemas:
-            case["schema"] = edit_schema(case["schema"], rng)
+            case["schema"] = edit_schema(case["schema"], rng, structural=args.structural)
         check = validator(case["schema"])
         if args.edit_schemas:
             try:
@@ -332,7 +396,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                     counts[("oracle too slow",)] += 1
                 else:
                     judged.append((text, valid))
-        except Exception as e:  # noqa: BLE001 - the oracle failing on an edited schema (a `$ref` to a non-schema)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as e:  # noqa: BLE001 - the oracle failing on an edited schema: a `$ref` to a
+            # non-schema, or one that loops without reading anything (RecursionError, which the
+            # `referencing` package's Rust core turns into a PanicException, not an Exception)
             counts[("oracle raised", type(e).__name__)] += 1
             oracle_failures.append({"schema": path.stem, "problem": f"oracle raised {type(e).__name__}: {e}",
                                     "edited": case["schema"]})

@@ -48,6 +48,10 @@ except ImportError:  # the source runs as plain Python, without Cython: its deco
         def freelist(n: int) -> Callable[[type], type]:
             return lambda cls: cls
 
+        @staticmethod
+        def cast(kind: type, value: object) -> object:
+            return value
+
 __all__ = [
     "ByteSet", "Seq", "Alt", "Repeat", "Ref", "AnyOrder", "Counted", "Node", "Grammar", "ANY_ORDER_MEMBERS", "COUNT_SHIFT", "COUNT_CAP",
     "EMPTY", "NOTHING", "ANY_BYTE",
@@ -60,7 +64,7 @@ _SURROGATES = (0xD800, 0xDFFF)
 
 
 # Nodes are immutable: nothing assigns a field after construction but the hash
-# cache. When this module is compiled (`grammars.native`), the `cython`
+# cache, and the sharing of equal parts below (which changes no node's value). When this module is compiled (`grammars.native`), the `cython`
 # decorators and `ast.pxd` make the five node classes C extension types: fields
 # in C struct slots, instances from a free list, and not tracked by the cyclic
 # GC (a node only refers to nodes made before it, so nodes form no cycles). The
@@ -80,6 +84,14 @@ _SURROGATES = (0xD800, 0xDFFF)
 # differing lengths, then on differing hashes, before comparing children (the
 # length first: `key == NOTHING` on a fresh trie complement hashed all of it,
 # a tenth of the median schema's grammar).
+#
+# Equal nodes share their parts: when two distinct nodes compare equal, the
+# second takes the first's children (its `items` tuple, its `item`), so that
+# comparing the two again is a pass of identity checks. Equality walks the
+# nodes as trees, and a DAG built twice (a schema's parts copied into its own
+# `patternProperties` and `if` branches) reaches the same pair of equal,
+# distinct subnodes again and again: without the sharing, one dict lookup in
+# the NFA builder compared such a pair's subtrees for minutes.
 
 
 @cython.no_gc
@@ -127,8 +139,14 @@ class Seq:
         self._hash = 0                    # computed when first asked
 
     def __eq__(self, other: object) -> bool:
-        return self is other or (type(other) is Seq and len(self.items) == len(other.items)
-                                 and hash(self) == hash(other) and self.items == other.items)
+        if self is other:
+            return True
+        if type(other) is not Seq or len(self.items) != len(other.items) or hash(self) != hash(other):
+            return False
+        if self.items != other.items:
+            return False
+        cython.cast(Seq, other).items = self.items    # see "Equal nodes share their parts" above
+        return True
 
     def __hash__(self) -> int:
         h = self._hash
@@ -159,8 +177,14 @@ class Alt:
         self._hash = 0
 
     def __eq__(self, other: object) -> bool:
-        return self is other or (type(other) is Alt and len(self.items) == len(other.items)
-                                 and hash(self) == hash(other) and self.items == other.items)
+        if self is other:
+            return True
+        if type(other) is not Alt or len(self.items) != len(other.items) or hash(self) != hash(other):
+            return False
+        if self.items != other.items:
+            return False
+        cython.cast(Alt, other).items = self.items    # see "Equal nodes share their parts" above
+        return True
 
     def __hash__(self) -> int:
         h = self._hash
@@ -191,9 +215,13 @@ class Repeat:
         self._hash = 0
 
     def __eq__(self, other: object) -> bool:
-        return self is other or (
-            type(other) is Repeat and hash(self) == hash(other) and self.min == other.min
-            and self.max == other.max and self.item == other.item)
+        if self is other:
+            return True
+        if (type(other) is not Repeat or hash(self) != hash(other) or self.min != other.min
+                or self.max != other.max or self.item != other.item):
+            return False
+        cython.cast(Repeat, other).item = self.item      # see "Equal nodes share their parts" above
+        return True
 
     def __hash__(self) -> int:
         h = self._hash
@@ -286,8 +314,13 @@ class AnyOrder:
         return (self.items, self.bans, self.required, self.needs, self.extra, self.sep, self.lo, self.hi)
 
     def __eq__(self, other: object) -> bool:
-        return self is other or (type(other) is AnyOrder and hash(self) == hash(other)
-                                 and self._key() == other._key())
+        if self is other:
+            return True
+        if type(other) is not AnyOrder or hash(self) != hash(other) or self._key() != other._key():
+            return False
+        same = cython.cast(AnyOrder, other)               # see "Equal nodes share their parts" above
+        same.items, same.extra, same.sep = self.items, self.extra, self.sep
+        return True
 
     def __hash__(self) -> int:
         h = self._hash

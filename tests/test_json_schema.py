@@ -719,6 +719,32 @@ def test_a_recursive_ref_merged_with_other_keywords_is_refused_not_a_crash():
     assert out.stdout.split() == ["$ref", "$.definitions.item.properties.children.items.allOf[0]"], out.stdout
 
 
+# found by `python -m bench.mutations --edit-schemas --structural` (seed 11): a dev-corpus schema
+# with `if`/`then`/`else` added inside its `patternProperties` (so they are patterns there), the
+# last holding a copy of the whole schema
+COPIED_INTO_ITSELF = {"$schema": "http://json-schema.org/draft-04/schema#", "definitions": {"def": {"type": "string", "if": {"maxProperties": 2}, "then": {"type": "string", "if": {"maxProperties": 2}}, "else": {"type": "number", "minimum": 0}}}, "type": "object", "patternProperties": {"^abc.+$": {"$ref": "#/definitions/def"}, "if": {"type": "integer"}, "then": {"not": {"type": "null"}}, "else": {"$schema": "http://json-schema.org/draft-04/schema#", "definitions": {"def": {"type": "string", "if": {"maxProperties": 2}, "then": {"type": "string", "if": {"maxProperties": 2}}, "else": {"type": "number", "minimum": 0}}}, "type": "object", "patternProperties": {"^abc.+$": {"$ref": "#/definitions/def"}, "if": {"type": "integer"}, "then": {"not": {"type": "null"}}}}}}
+
+
+def test_a_schema_copied_into_its_own_branches_compiles():
+    """Its NFA build hung: equality of the two equal copies' syntax walked them as trees (see
+    `test_nfa.test_equal_dags_built_twice_compare_in_one_pass`). A child process with a time limit,
+    so that a regression fails here instead of hanging the run; the verdicts agree with the oracle."""
+    import subprocess
+    import sys
+
+    code = ("import json, sys\nfrom grammars.json_schema import json_schema_grammar\nfrom grammars.dfa import LazyDFA\n"
+            "from constrained.dfa_jit import native_dfa_class\n"
+            "s = json.loads(sys.argv[1])\ng = json_schema_grammar(s)\n"
+            "dfa = (native_dfa_class() or LazyDFA)(g, max_depth=int(g.info.get('max_depth', 64)))\n"
+            "for text in sys.argv[2:]:\n    print(dfa.matches(text.encode()))\n")
+    docs = [{}, {"abcd": "x"}, {"abcd": 5}, {"xif": 3}, {"else": {"abcz": "q"}}, {"else": {"abcz": -1}},
+            {"then": None}, {"if": 2}, {"if": "s"}, []]
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(COPIED_INTO_ITSELF), *map(json.dumps, docs)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == [str(validator(COPIED_INTO_ITSELF).is_valid(d)) for d in docs]
+
+
 def test_merges_nested_past_the_nesting_limit_are_a_budget_error():
     """`allOf` nested 3,000 levels: each level merges the next, past `json_merge.MAX_MERGE_DEPTH`."""
     from grammars.errors import StateBudgetError

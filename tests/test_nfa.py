@@ -280,3 +280,30 @@ def test_any_order_need_agrees_with_the_kernels(schema, monkeypatch: pytest.Monk
     monkeypatch.setattr(NFA, "replay", False)
     monkeypatch.setattr(NFA, "fast_need", False)
     assert _shape(fast) == _shape(NFA(g, max_depth=depth))
+
+
+def test_equal_dags_built_twice_compare_in_one_pass() -> None:
+    """Node equality walks nodes as trees. Two equal DAGs built apart (a schema's parts copied into
+    its own `patternProperties` and `if` branches) reached the same pair of distinct, equal
+    subnodes 2^depth times, and one dict lookup in the NFA builder ran for minutes (found by
+    `python -m bench.mutations --edit-schemas --structural`). Equal nodes now share their children
+    once compared. In a child process, so that a regression fails here instead of hanging the run."""
+    import subprocess
+    import sys
+
+    code = """
+from grammars.ast import Alt, Repeat, Seq, literal
+def dag(depth, leaf):
+    node = literal(leaf)
+    for i in range(depth):
+        node = Alt((Seq((node, literal(b"a"))), Seq((node, literal(b"b")))))
+        if i % 7 == 0:
+            node = Repeat(node, 0, 2)
+    return node
+a, b, c = dag(64, b"x"), dag(64, b"x"), dag(64, b"y")
+assert a is not b and a == b and {a: 1}[b] == 1
+assert a != c and b != c
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.split() == ["ok"], out.stderr[-2000:]
