@@ -286,7 +286,23 @@ def _pattern_member(c: "Compiler", declared: set, patterns: dict, extra: Any, na
         schema = subs[0]
         for other in subs[1:]:
             schema = c.merger.merge(schema, other, at)
-        value = c.node(schema, at, base)
+        if len(subs) == 1:
+            value = c.node(schema, at, base)
+        else:
+            # A merged value is compiled inline, a recursive `$ref` in it too. Reached again
+            # inside itself, it would unroll without end (and each level makes a group per set of
+            # patterns: before this check, a schema whose `if`, `then` and `else` patterns `$ref`
+            # it back ran for minutes)
+            merged = (json.dumps(subs, sort_keys=True, default=repr), base)   # by content: merges make new dicts
+            if merged in c.merged_patterns:
+                raise UnsupportedSchemaError("patternProperties", at, "a name matching several of its patterns "
+                                             "has a value whose schemas lead back here (a recursive `$ref`): "
+                                             "merging them unrolls without end")
+            c.merged_patterns.add(merged)
+            try:
+                value = c.node(schema, at, base)
+            finally:
+                c.merged_patterns.discard(merged)
         if value != NOTHING:
             parts.append(seq(quoted(key), c.ws.colon, value))
     return alt(*parts) if parts else None

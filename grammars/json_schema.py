@@ -223,6 +223,9 @@ class Compiler:
         self._depth = 0                          # nesting of `node` calls (see MAX_NESTING)
         self.empty: list[str] = []               # paths of subschemas that match nothing, innermost first
         self.notes: list[SchemaNote] = []        # the compile report: keywords ignored or not enforced
+        # (the schemas' text, base) of the merged `patternProperties` values being compiled (see
+        # `json_objects._pattern_member`)
+        self.merged_patterns: set[tuple] = set()
 
     # -- entry points -----------------------------------------------------------
 

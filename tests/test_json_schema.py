@@ -745,6 +745,29 @@ def test_a_schema_copied_into_its_own_branches_compiles():
     assert out.stdout.split() == [str(validator(COPIED_INTO_ITSELF).is_valid(d)) for d in docs]
 
 
+# found by `python -m bench.mutations --edit-schemas --structural` (seed 12): a dev-corpus schema
+# with `if`, `then` and `else` added inside a `patternProperties` (patterns there) whose values
+# `$ref` the schema that holds them
+RECURSIVE_PATTERN_MERGE = {"definitions": {"properties": {"minProperties": 1, "patternProperties": {"^\\w+$": {"properties": {"column": {"type": "string"}, "country": {"type": "string"}, "format": {"type": "string"}, "literal": {}, "nulls": {"type": "array"}, "transform": {"type": "string"}, "transforms": {"items": {"type": "string"}, "type": "array"}}, "type": "object"}, "if": {"$ref": "#/definitions/properties"}, "then": {"properties": {"label": {"type": "string"}, "properties": {"$ref": "#/definitions/properties"}}, "required": ["label", "properties"], "type": "object"}, "else": {"$ref": "#/definitions/properties"}}, "type": "object"}}, "properties": {"collection": {"type": "string", "oneOf": [{"type": "boolean"}, {"type": "string"}, {"type": "object"}]}, "database": {"type": "string"}, "edges": {"items": {"properties": {"label": {"type": "string"}, "properties": {"$ref": "#/definitions/properties"}, "source": {"type": "string"}, "target": {"type": "string"}}, "required": ["label", "source", "target"], "type": "object"}, "type": "array", "dependentRequired": {"name": ["a", "name"]}}, "nodes": {"minProperties": 1, "patternProperties": {"^\\w+$": {"properties": {"label": {"type": "string"}, "properties": {"$ref": "#/definitions/properties"}}, "required": ["label", "properties"], "type": "object"}}, "type": "object"}, "query": {"type": "string"}, "table": {"type": "string"}}, "required": ["database", "collection", "nodes"], "type": "object"}
+
+
+def test_overlapping_patterns_whose_values_recurse_are_refused_not_a_hang():
+    """A name matching several patterns gets their merged value, compiled inline; here it reached
+    itself again through its `$ref`s and unrolled, each level a group per set of patterns, for
+    minutes. Now the repeat is an `UnsupportedSchemaError` naming `patternProperties`. A child
+    process with a time limit, so that a regression fails here instead of hanging the run."""
+    import subprocess
+    import sys
+
+    code = ("import json, sys\nfrom grammars.json_schema import json_schema_grammar\nfrom grammars.errors import "
+            "UnsupportedSchemaError\ntry:\n    json_schema_grammar(json.loads(sys.argv[1]))\nexcept UnsupportedSchemaError"
+            " as e:\n    print(e.keyword, 'unrolls without end' in str(e))\n")
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(RECURSIVE_PATTERN_MERGE)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["patternProperties", "True"], out.stdout
+
+
 def test_merges_nested_past_the_nesting_limit_are_a_budget_error():
     """`allOf` nested 3,000 levels: each level merges the next, past `json_merge.MAX_MERGE_DEPTH`."""
     from grammars.errors import StateBudgetError
