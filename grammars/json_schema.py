@@ -226,6 +226,8 @@ class Compiler:
         # (the schemas' text, base) of the merged `patternProperties` values being compiled (see
         # `json_objects._pattern_member`)
         self.merged_patterns: set[tuple] = set()
+        # (the schema's text, base) of the compile-time value checks in progress (see `accepts`)
+        self.checking: set[tuple] = set()
 
     # -- entry points -----------------------------------------------------------
 
@@ -769,10 +771,22 @@ class Compiler:
 
         hit = self._acceptors.get(id(schema))
         if hit is None or hit[0] is not schema:
-            # A separate compiler: compact whitespace, and its own recursion rules.
+            # A separate compiler: compact whitespace, and its own recursion rules. The checks in
+            # progress are shared down the chain of such compilers: a check that needs itself (an
+            # `enum` checked against keywords beside it that `$ref` back to it) would otherwise make
+            # a new compiler per level, without end (compiled, until the C stack overflowed)
+            key = (json.dumps(schema, sort_keys=True, default=repr), base)   # by content: checks make new dicts
+            if key in self.checking:
+                raise UnsupportedSchemaError("$ref", path, "checking a value against this schema at compile time "
+                                             "needs the same check again, through a recursive `$ref`")
             sub = Compiler(self.root, ws=Whitespace.of(WhitespacePolicy.named("compact")), strict=self.strict,
                            allow_approximate=self.approximate, numbers=self.numbers)
-            node = sub.node(schema, path, base)
+            sub.checking = self.checking
+            self.checking.add(key)
+            try:
+                node = sub.node(schema, path, base)
+            finally:
+                self.checking.discard(key)
             # (its tries and automata noted: the NFA builds those from the notes, not their nodes)
             grammar = Grammar({"start": node, **sub.rules}, "start", {"tries": sub.tries}, check_refs=False)
             hit = (schema, LazyDFA(grammar, max_depth=64))

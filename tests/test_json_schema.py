@@ -722,7 +722,26 @@ def test_a_recursive_ref_merged_with_other_keywords_is_refused_not_a_crash():
 # found by `python -m bench.mutations --edit-schemas --structural` (seed 11): a dev-corpus schema
 # with `if`/`then`/`else` added inside its `patternProperties` (so they are patterns there), the
 # last holding a copy of the whole schema
-COPIED_INTO_ITSELF = {"$schema": "http://json-schema.org/draft-04/schema#", "definitions": {"def": {"type": "string", "if": {"maxProperties": 2}, "then": {"type": "string", "if": {"maxProperties": 2}}, "else": {"type": "number", "minimum": 0}}}, "type": "object", "patternProperties": {"^abc.+$": {"$ref": "#/definitions/def"}, "if": {"type": "integer"}, "then": {"not": {"type": "null"}}, "else": {"$schema": "http://json-schema.org/draft-04/schema#", "definitions": {"def": {"type": "string", "if": {"maxProperties": 2}, "then": {"type": "string", "if": {"maxProperties": 2}}, "else": {"type": "number", "minimum": 0}}}, "type": "object", "patternProperties": {"^abc.+$": {"$ref": "#/definitions/def"}, "if": {"type": "integer"}, "then": {"not": {"type": "null"}}}}}}
+COPIED_INTO_ITSELF = {'$schema': 'http://json-schema.org/draft-04/schema#',
+                      'definitions': {'def': {'type': 'string',
+                                              'if': {'maxProperties': 2},
+                                              'then': {'type': 'string', 'if': {'maxProperties': 2}},
+                                              'else': {'type': 'number', 'minimum': 0}}},
+                      'type': 'object',
+                      'patternProperties': {'^abc.+$': {'$ref': '#/definitions/def'},
+                                            'if': {'type': 'integer'},
+                                            'then': {'not': {'type': 'null'}},
+                                            'else': {'$schema': 'http://json-schema.org/draft-04/schema#',
+                                                     'definitions': {'def': {'type': 'string',
+                                                                             'if': {'maxProperties': 2},
+                                                                             'then': {'type': 'string',
+                                                                                      'if': {'maxProperties': 2}},
+                                                                             'else': {'type': 'number',
+                                                                                      'minimum': 0}}},
+                                                     'type': 'object',
+                                                     'patternProperties': {'^abc.+$': {'$ref': '#/definitions/def'},
+                                                                           'if': {'type': 'integer'},
+                                                                           'then': {'not': {'type': 'null'}}}}}}
 
 
 def test_a_schema_copied_into_its_own_branches_compiles():
@@ -748,7 +767,48 @@ def test_a_schema_copied_into_its_own_branches_compiles():
 # found by `python -m bench.mutations --edit-schemas --structural` (seed 12): a dev-corpus schema
 # with `if`, `then` and `else` added inside a `patternProperties` (patterns there) whose values
 # `$ref` the schema that holds them
-RECURSIVE_PATTERN_MERGE = {"definitions": {"properties": {"minProperties": 1, "patternProperties": {"^\\w+$": {"properties": {"column": {"type": "string"}, "country": {"type": "string"}, "format": {"type": "string"}, "literal": {}, "nulls": {"type": "array"}, "transform": {"type": "string"}, "transforms": {"items": {"type": "string"}, "type": "array"}}, "type": "object"}, "if": {"$ref": "#/definitions/properties"}, "then": {"properties": {"label": {"type": "string"}, "properties": {"$ref": "#/definitions/properties"}}, "required": ["label", "properties"], "type": "object"}, "else": {"$ref": "#/definitions/properties"}}, "type": "object"}}, "properties": {"collection": {"type": "string", "oneOf": [{"type": "boolean"}, {"type": "string"}, {"type": "object"}]}, "database": {"type": "string"}, "edges": {"items": {"properties": {"label": {"type": "string"}, "properties": {"$ref": "#/definitions/properties"}, "source": {"type": "string"}, "target": {"type": "string"}}, "required": ["label", "source", "target"], "type": "object"}, "type": "array", "dependentRequired": {"name": ["a", "name"]}}, "nodes": {"minProperties": 1, "patternProperties": {"^\\w+$": {"properties": {"label": {"type": "string"}, "properties": {"$ref": "#/definitions/properties"}}, "required": ["label", "properties"], "type": "object"}}, "type": "object"}, "query": {"type": "string"}, "table": {"type": "string"}}, "required": ["database", "collection", "nodes"], "type": "object"}
+RECURSIVE_PATTERN_MERGE = {'definitions': {'properties': {'minProperties': 1,
+                                                          'patternProperties': {'^\\w+$': {'properties': {'column': {'type': 'string'},
+                                                                                                          'country': {'type': 'string'},
+                                                                                                          'format': {'type': 'string'},
+                                                                                                          'literal': {},
+                                                                                                          'nulls': {'type': 'array'},
+                                                                                                          'transform': {'type': 'string'},
+                                                                                                          'transforms': {'items': {'type': 'string'},
+                                                                                                                         'type': 'array'}},
+                                                                                           'type': 'object'},
+                                                                                'if': {'$ref': '#/definitions/properties'},
+                                                                                'then': {'properties': {'label': {'type': 'string'},
+                                                                                                        'properties': {'$ref': '#/definitions/properties'}},
+                                                                                         'required': ['label',
+                                                                                                      'properties'],
+                                                                                         'type': 'object'},
+                                                                                'else': {'$ref': '#/definitions/properties'}},
+                                                          'type': 'object'}},
+                           'properties': {'collection': {'type': 'string',
+                                                         'oneOf': [{'type': 'boolean'},
+                                                                   {'type': 'string'},
+                                                                   {'type': 'object'}]},
+                                          'database': {'type': 'string'},
+                                          'edges': {'items': {'properties': {'label': {'type': 'string'},
+                                                                             'properties': {'$ref': '#/definitions/properties'},
+                                                                             'source': {'type': 'string'},
+                                                                             'target': {'type': 'string'}},
+                                                              'required': ['label', 'source', 'target'],
+                                                              'type': 'object'},
+                                                    'type': 'array',
+                                                    'dependentRequired': {'name': ['a', 'name']}},
+                                          'nodes': {'minProperties': 1,
+                                                    'patternProperties': {'^\\w+$': {'properties': {'label': {'type': 'string'},
+                                                                                                    'properties': {'$ref': '#/definitions/properties'}},
+                                                                                     'required': ['label',
+                                                                                                  'properties'],
+                                                                                     'type': 'object'}},
+                                                    'type': 'object'},
+                                          'query': {'type': 'string'},
+                                          'table': {'type': 'string'}},
+                           'required': ['database', 'collection', 'nodes'],
+                           'type': 'object'}
 
 
 def test_overlapping_patterns_whose_values_recurse_are_refused_not_a_hang():
@@ -766,6 +826,59 @@ def test_overlapping_patterns_whose_values_recurse_are_refused_not_a_hang():
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["patternProperties", "True"], out.stdout
+
+
+# found by `python -m bench.mutations --edit-schemas --structural` (seed 13): a dev-corpus schema
+# with `enum: [{}]` added at its root and a `$ref` to the root beside a property's keywords (draft
+# 4: the `$ref` alone counts)
+ENUM_CHECK_THROUGH_ITSELF = {'$schema': 'http://json-schema.org/draft-04/schema#',
+                             'type': 'object',
+                             'properties': {'name': {'type': 'string', 'minLength': 1, 'maxLength': 255},
+                                            'description': {'type': 'string', 'maxLength': 32767},
+                                            'columns': {'type': 'array',
+                                                        'items': {'title': 'Data Table Column',
+                                                                  'description': 'Schema for a single Data Table '
+                                                                                 'Column',
+                                                                  'type': 'object',
+                                                                  'properties': {'name': {'type': 'string',
+                                                                                          'pattern': '^[0-9a-zA-Z_-]{1,255}$',
+                                                                                          '$ref': '#'},
+                                                                                 'dataType': {'type': 'string',
+                                                                                              'enum': ['string',
+                                                                                                       'number',
+                                                                                                       'boolean']},
+                                                                                 'constraint': {'type': 'string',
+                                                                                                'enum': ['unique',
+                                                                                                         'required',
+                                                                                                         'optional'],
+                                                                                                'maxLength': 5},
+                                                                                 'defaultValue': {'type': ['string',
+                                                                                                           'number',
+                                                                                                           'boolean']}},
+                                                                  'required': ['name', 'dataType', 'constraint'],
+                                                                  'additionalProperties': False},
+                                                        'maxItems': 50}},
+                             'required': ['name'],
+                             'additionalProperties': False,
+                             'enum': [{}]}
+
+
+def test_an_enum_checked_against_keywords_that_lead_back_to_it_is_refused_not_a_crash():
+    """An `enum`'s values are checked at compile time against the keywords beside it, on a compiler
+    of their own. Here those keywords `$ref` the root, whose `enum` needs the same check, so each
+    level made a new compiler until the C stack overflowed (SIGSEGV; in Python a RecursionError).
+    Now the repeated check is an `UnsupportedSchemaError` saying why. A child process, so that a
+    crash fails this test rather than the run."""
+    import subprocess
+    import sys
+
+    code = ("import json, sys\nfrom grammars.json_schema import json_schema_grammar\nfrom grammars.errors import "
+            "UnsupportedSchemaError\ntry:\n    json_schema_grammar(json.loads(sys.argv[1]))\nexcept UnsupportedSchemaError"
+            " as e:\n    print(e.keyword, 'needs the same check again' in str(e))\n")
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(ENUM_CHECK_THROUGH_ITSELF)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["$ref", "True"], out.stdout
 
 
 def test_merges_nested_past_the_nesting_limit_are_a_budget_error():
