@@ -308,15 +308,22 @@ def refusal_kind(schema: Any, text: str, accepts: Any, declared: bool = False) -
 
     `accepts(schema, text, any_order)` is our verdict. The first of these that holds:
     "member order": `declared` and accepted with ``any_order=True`` (declared
-    order, the default, is a choice); "number range": a float at or past 1e308
+    order, the default, is a choice), or an object of the schema keeps declared
+    order with ``any_order=True`` too (a "declared order" note in its report); "number range": a float at or past 1e308
     or below 1e-323 (README "Numbers": none overflows or underflows); "number
     spelling": accepted with its integral numbers written as integers (`1.0` is
     not an integer's spelling, by design); "format": accepted with the
     schema's `format`s dropped (ours are checked where a draft lacks them, and
-    `email` is stricter than jsonschema's, by design); "other": none of these,
-    a bug to look at. From "number spelling" on, members may come in any order.
+    `email` is stricter than jsonschema's, by design); "draft keywords": the
+    instance is invalid when the schema's draft also has the keywords it
+    lacks, those of 2020-12 (`const` in draft 4, `if` in draft 6) or, for
+    2020-12, draft 7's `dependencies`: such keywords are enforced outside
+    negations, by design (`json_merge.LACKS`); "other": none of these, a bug
+    to look at. From "number spelling" on, members may come in any order.
     """
     if declared and accepts(schema, text, True):
+        return "member order"
+    if not declared and _keeps_declared_order(schema):
         return "member order"
     value = json.loads(text)
     if any(abs(x) >= 1e308 or 0 < abs(x) < 1e-323 for x in _floats(value)):
@@ -332,7 +339,50 @@ def refusal_kind(schema: Any, text: str, accepts: Any, declared: bool = False) -
     bare = without_formats(schema)
     if bare != schema and (accepts(bare, text, True) or either(bare, respelled)):
         return "format"
+    if _valid_with_every_drafts_keywords(schema, value) is False:
+        return "draft keywords"
     return "other"
+
+
+def _keeps_declared_order(schema: Any) -> bool:
+    """Whether an object of `schema` keeps declared member order even with ``any_order=True`` (a
+    "declared order" note: more than 62 properties, or counts beside dependencies)."""
+    import warnings
+
+    from grammars.json_schema import json_schema_grammar
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            report = json_schema_grammar(schema, any_order=True).info["report"]
+    except Exception:
+        return False
+    return any(n.kind == "declared order" for n in report)
+
+
+def _valid_with_every_drafts_keywords(schema: Any, value: Any) -> bool | None:
+    """Whether `value` is valid under `schema` when its draft's validator also enforces the keywords
+    that draft lacks (`json_merge.LACKS`), each as the draft that has it does; None where the
+    oracle cannot read the schema so."""
+    import jsonschema
+
+    from bench.oracle import validator
+    from grammars.json_merge import LACKS
+    from grammars.json_refs import draft_of
+
+    base = type(validator(schema))
+    donor = jsonschema.Draft7Validator if draft_of(schema) == 2020 else jsonschema.Draft202012Validator
+    added = {k: donor.VALIDATORS[k] for k in LACKS[draft_of(schema)] if k in donor.VALIDATORS}
+    def outer_draft_only(node: Any, root: bool = False) -> Any:    # (we read the root's `$schema` only)
+        if isinstance(node, dict):
+            return {k: outer_draft_only(v) for k, v in node.items() if root or k != "$schema" or not isinstance(v, str)}
+        return [outer_draft_only(v) for v in node] if isinstance(node, list) else node
+
+    try:
+        cls = jsonschema.validators.extend(base, added)
+        return cls(outer_draft_only(schema, True), format_checker=validator(schema).format_checker).is_valid(value)
+    except Exception:       # (jsonschema's errors for a schema it cannot read this way)
+        return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -146,8 +146,12 @@ class SchemaNote(UserWarning):
         kind: "unknown" (ignored), "vendor" (an `x-` extension, ignored),
             "approximated" (not enforced: `allow_approximate=True`),
             "annotation" (a `format` this engine does not know: not checked, as
-            the spec allows; reported, never warned) or "declared order" (an
-            object `any_order=True` cannot hold, laid out in declared order).
+            the spec allows; reported, never warned), "declared order" (an
+            object `any_order=True` cannot hold, laid out in declared order) or
+            "later draft" (a keyword the schema's declared draft lacks, such as
+            `const` in draft 4: enforced, and ignored inside negations, so what
+            passes is valid under both readings; ignored where enforcing it is
+            not exact).
         suggestion: for an unknown keyword, the known one it is likely a typo of.
 
     Example:
@@ -159,6 +163,8 @@ class SchemaNote(UserWarning):
         self.keyword, self.path, self.kind, self.suggestion = keyword, path, kind, suggestion
         if kind == "approximated":
             text = f"`{keyword}` at {path} is not enforced: {detail or 'the grammar over-approximates the schema'}"
+        elif kind == "later draft":
+            text = f"`{keyword}` at {path} is a keyword of a later draft than the schema's: {detail}"
         elif kind == "declared order":
             text = f"`{keyword}` at {path}: members only in declared order, not any order ({detail})"
         elif kind == "annotation":

@@ -21,7 +21,7 @@ from functools import lru_cache
 from typing import Any
 
 from grammars.errors import InvalidSchemaError, SchemaNote, UnsupportedSchemaError
-from grammars.json_merge import ANNOTATIONS, TYPES, negation
+from grammars.json_merge import ANNOTATIONS, LACKS, TYPES, negation
 
 __all__ = ["check_schema", "dependent_names", "KNOWN_KEYWORDS"]
 
@@ -113,7 +113,7 @@ def _shape_errors(s: dict, path: str) -> None:
             raise InvalidSchemaError(f"`{key}` must be a non-empty array", path, value)
 
 
-def _unsupported(s: dict) -> list[str]:
+def _unsupported(s: dict, draft: int = 2020) -> list[str]:
     """Keywords of `s` that would constrain instances in ways we cannot encode."""
     if _MAYBE_UNSUPPORTED.isdisjoint(s):
         return []
@@ -122,16 +122,16 @@ def _unsupported(s: dict) -> list[str]:
     for key in ("dependentSchemas", "dependentRequired", "dependencies", "$dynamicRef", "$recursiveRef"):
         if key in s and not (key in trivial and s[key] == trivial[key]) and not _exact_dependencies(key, s[key]):
             out.append(key)
-    if "if" in s and ("then" in s or "else" in s) and negation(s["if"]) is None:   # else rewritten (`normalize`)
+    if "if" in s and ("then" in s or "else" in s) and negation(s["if"], draft=draft) is None:  # else rewritten
         out.append("if")
     return out
 
 
-def _why(key: str, s: dict, path: str) -> str:
+def _why(key: str, s: dict, path: str, draft: int = 2020) -> str:
     """Why `_unsupported` refuses `key` of `s` (at `path`)."""
     if key == "if":
         why: list[str] = []
-        negation(s["if"], why=why, at=f"{path}.if")
+        negation(s["if"], why=why, at=f"{path}.if", draft=draft)
         return ("the instances the condition rejects (its negation) have no exact form here"
                 + (f": {why[0]}" if why else ""))
     if key in ("$dynamicRef", "$recursiveRef"):
@@ -219,9 +219,17 @@ def check_schema(s: dict, path: str, approximate: bool, warn_unknown: bool = Tru
     if not _NONNEG_INT_KEYS.isdisjoint(s):
         floats = {k: int(s[k]) for k in _NONNEG_INT if isinstance(s.get(k), float)}
         s = {**s, **floats} if floats else s
-    drop = _unsupported(s)
+    drop = _unsupported(s, draft)
+    later = [k for k in drop if draft != 2020 and k in LACKS[draft]]
+    for key in later:               # a keyword the declared draft lacks: ignored, as its validators do
+        _note(notes, SchemaNote(key, path, "later draft", f"draft-{draft:02d}'s validators ignore it, and it is "
+                                f"ignored here: enforcing it is not exact ({_why(key, s, path, draft)})"))
+    if later:
+        gone = set(later) | ({"then", "else"} if "if" in later else set())
+        s = {k: v for k, v in s.items() if k not in gone}
+        drop = [k for k in drop if k not in later]
     if drop and not approximate:
-        raise UnsupportedSchemaError(drop[0], path, _why(drop[0], s, path))
+        raise UnsupportedSchemaError(drop[0], path, _why(drop[0], s, path, draft))
     if warn_unknown and not KNOWN_KEYWORDS.issuperset(s):
         for key in s:
             if key not in KNOWN_KEYWORDS and key not in _DRAFT_KEYWORDS.get(draft, ()):

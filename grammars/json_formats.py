@@ -194,12 +194,13 @@ FORMATS: dict[str, Callable[[], Node]] = {
 
 _CACHE: dict[str, Node] = {}
 
-# The formats above that each draft defines (`json_refs.draft_of`: 4, 7 for drafts 6 and 7, 2020 for
-# 2019-09 and 2020-12): an older draft's validators ignore the others. The compiler checks every known
+# The formats above that each draft defines (`json_refs.draft_of`: 4, 6, 7, 2020 for 2019-09 and
+# 2020-12): an older draft's validators ignore the others. The compiler checks every known
 # format in a value all the same (stricter than such a draft: what passes is valid), but inside a
 # negation (`not`, a `oneOf` branch's, an `if`'s) it ignores those, where checking would let more pass.
 DRAFT_FORMATS: dict[int, frozenset[str]] = {
     4: frozenset({"date-time", "email", "hostname", "ipv4", "ipv6", "uri"}),
+    6: frozenset({"date-time", "email", "hostname", "ipv4", "ipv6", "uri"}),
     7: frozenset({"date-time", "email", "hostname", "ipv4", "ipv6", "uri", "date", "time"}),
 }
 

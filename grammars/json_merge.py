@@ -26,7 +26,7 @@ from grammars.ecma import both_patterns
 from grammars.errors import StateBudgetError, UnsupportedSchemaError
 from grammars.json_values import json_key, json_type
 
-__all__ = ["Merger", "normalize", "negation", "TYPES", "ANNOTATIONS", "UNEVALUATED", "type_set", "disjoint"]
+__all__ = ["Merger", "LACKS", "lacking", "normalize", "negation", "TYPES", "ANNOTATIONS", "UNEVALUATED", "type_set", "disjoint"]
 
 TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
 ANNOTATIONS = frozenset({
@@ -52,19 +52,50 @@ Schema = Any
 ResolveFn = Callable[[str, str, str], tuple[Schema, str, str]]
 
 
-# Keywords a draft does not have: its validators ignore them (`json_refs.draft_of` numbers the drafts).
-NOT_IN_DRAFT = {4: ("contains", "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems"),
-                7: ("minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems")}
+# Keywords each draft lacks (`json_refs.draft_of` numbers them; 2020 stands for 2019-09 and 2020-12,
+# a document without `$schema` too): that draft's validators ignore them, 2020-12's do not. What is
+# generated for a schema that uses one must be valid under both readings, so the keyword is enforced
+# where that only narrows what passes, and ignored inside negations (`not`, the other branches of a
+# `oneOf`, an `if`'s), where enforcing it would let more pass: `normalize(..., negated=True)` and
+# `negation` drop them. (A keyword the draft lacks that does not compile exactly is ignored, as its
+# validators do: `grammars.json_checks`.)
+_SINCE_2019 = ("dependentRequired", "dependentSchemas", "minContains", "maxContains", "unevaluatedProperties",
+               "unevaluatedItems", "prefixItems")
+LACKS: dict[int, tuple[str, ...]] = {4: ("const", "contains", "propertyNames", "if", "then", "else", *_SINCE_2019),
+                                     6: ("if", "then", "else", *_SINCE_2019),
+                                     7: _SINCE_2019,
+                                     2020: ("dependencies",)}
 UNEVALUATED = ("unevaluatedProperties", "unevaluatedItems")
 _COUNTS = ("minContains", "maxContains")
 
 
-def normalize(s: dict, draft: int) -> dict:
+def lacking(s: dict, draft: int) -> dict:
+    """`s` without the keywords its draft lacks (the same dict when it has none)."""
+    lacks = LACKS.get(draft, ())
+    if s.keys().isdisjoint(lacks):
+        return s
+    return {k: v for k, v in s.items() if k not in lacks}
+
+
+def normalize(s: dict, draft: int, negated: bool = False) -> dict:
     """Rewrite draft-07 forms into 2020-12 ones (tuple `items`, boolean exclusive bounds), and drop
-    keywords that have no effect: those the draft lacks, `minContains`/`maxContains` without `contains`."""
-    out = dict(s)
-    for key in NOT_IN_DRAFT.get(draft, ()):
-        out.pop(key, None)
+    keywords that have no effect: `minContains`/`maxContains` without `contains`, and, `negated`
+    (inside a negation), those the draft lacks (`LACKS`). Outside negations those are enforced
+    beside the draft's own reading: draft 6 and 7's `contains` wants one item at least whatever
+    `minContains` says, and draft 4 to 7's `items` (one schema) holds for the items `prefixItems`
+    constrains too."""
+    out = lacking(s, draft) if negated else dict(s)
+    if out is s:
+        out = dict(s)
+    if draft <= 7 and not negated:
+        if draft >= 6 and out.get("minContains") == 0:
+            del out["minContains"]
+        if "prefixItems" in out:
+            items = out.get("items", True)
+            if isinstance(items, list):      # the draft's tuple: the later one has no reading beside it
+                del out["prefixItems"]
+            elif items is not True and isinstance(out["prefixItems"], list):
+                out["prefixItems"] = [{"allOf": [p, items]} for p in out["prefixItems"]]
     if "contains" not in out and (_COUNTS[0] in out or _COUNTS[1] in out):
         out.pop(_COUNTS[0], None)
         out.pop(_COUNTS[1], None)
@@ -86,7 +117,7 @@ def normalize(s: dict, draft: int) -> dict:
     if "dependentSchemas" in out or "dependencies" in out:
         _dependent_schemas(out)
     if "if" in out or "not" in out:
-        _logic(out)
+        _logic(out, draft)
     return out
 
 
@@ -120,20 +151,20 @@ def _dependent_schemas(out: dict) -> None:
         out["allOf"] = [*out.get("allOf", []), *conditions]
 
 
-def _logic(out: dict) -> None:
+def _logic(out: dict, draft: int) -> None:
     """`if`/`then`/`else`, and a `not` the compiler does not negate itself, as `allOf`/`anyOf` of
     schemas it compiles exactly (`negation`); left as they are where no such form exists (and
     refused by `grammars.json_checks`)."""
     if "if" in out:
         cond, then, other = out["if"], out.get("then", True), out.get("else", True)
-        neg = None if then is True and other is True else negation(cond)     # without then/else: no effect
+        neg = None if then is True and other is True else negation(cond, draft=draft)  # without then/else: none
         if neg is not None or (then is True and other is True):
             for key in ("if", "then", "else"):
                 out.pop(key, None)
         if neg is not None:                       # (if and then) or (not if and else)
             out["allOf"] = [*out.get("allOf", []), {"anyOf": [{"allOf": [cond, then]}, {"allOf": [neg, other]}]}]
     if "not" in out and not plain_not(out["not"]):
-        neg = negation(out["not"])
+        neg = negation(out["not"], draft=draft)
         if neg is not None:
             del out["not"]
             out["allOf"] = [*out.get("allOf", []), neg]
@@ -166,7 +197,7 @@ _COUNT_NEGATIONS = {"minLength": ("string", "maxLength", -1), "maxLength": ("str
 
 
 def negation(s: Schema, resolve: Callable[[Schema], Schema] | None = None,
-             why: list[str] | None = None, at: str = "$") -> Schema | None:
+             why: list[str] | None = None, at: str = "$", draft: int = 2020) -> Schema | None:
     """A schema valid exactly where `s` is not, made of forms compiled exactly; None if there is none here.
 
     Negation goes through `not` (twice is none), `allOf` and `anyOf` (De Morgan), and splits a schema's
@@ -194,7 +225,7 @@ def negation(s: Schema, resolve: Callable[[Schema], Schema] | None = None,
         {'anyOf': [{'type': 'object', 'required': ['mode'], 'properties': {'mode': {'not': {'const': 'a'}}}}, \
 {'type': 'object', 'properties': {'mode': False}}]}
     """
-    return _negation(s, resolve, 0, [NEGATION_SIZE], [] if why is None else why, at)
+    return _negation(s, resolve, draft, 0, [NEGATION_SIZE], [] if why is None else why, at)
 
 
 def _none(why: list[str], reason: str) -> None:
@@ -203,7 +234,7 @@ def _none(why: list[str], reason: str) -> None:
         why.append(reason)
 
 
-def _negation(s: Schema, resolve: Callable[[Schema], Schema] | None, depth: int, left: list[int],
+def _negation(s: Schema, resolve: Callable[[Schema], Schema] | None, draft: int, depth: int, left: list[int],
               why: list[str], at: str) -> Schema | None:
     left[0] -= 1
     if depth > NEGATION_DEPTH:
@@ -211,6 +242,8 @@ def _negation(s: Schema, resolve: Callable[[Schema], Schema] | None, depth: int,
                           "the values it fails are not a regular language)")
     if left[0] < 0:
         return _none(why, f"it has more than {NEGATION_SIZE} subschemas to negate")
+    if isinstance(s, dict):
+        s = lacking(s, draft)                     # (ignored here: the draft lacks them)
     if resolve is not None and isinstance(s, dict):
         try:
             s = resolve(s)
@@ -236,7 +269,7 @@ def _negation(s: Schema, resolve: Callable[[Schema], Schema] | None, depth: int,
         if key == "not":
             parts.append(value)
         elif key in ("allOf", "anyOf") and isinstance(value, list):
-            negs = [_negation(b, resolve, inner, left, why, f"{at}.{key}[{i}]") for i, b in enumerate(value)]
+            negs = [_negation(b, resolve, draft, inner, left, why, f"{at}.{key}[{i}]") for i, b in enumerate(value)]
             if any(n is None for n in negs):
                 return None
             if key == "allOf":
@@ -244,18 +277,19 @@ def _negation(s: Schema, resolve: Callable[[Schema], Schema] | None, depth: int,
             else:
                 parts.append({"allOf": negs} if len(negs) > 1 else negs[0])
         elif key == "oneOf" and isinstance(value, list):
-            # no branch holds, or two do (only branches not provably disjoint can both hold)
-            branches = value
+            # no branch holds, or two do (only branches not provably disjoint can both hold; those
+            # read as negated, which may take more, and "both hold" read as written)
+            branches = [lacking(b, draft) if isinstance(b, dict) else b for b in value]
             if resolve is not None:
                 try:
-                    branches = [resolve(b) if isinstance(b, dict) else b for b in value]
+                    branches = [resolve(b) if isinstance(b, dict) else b for b in branches]
                 except UnsupportedSchemaError as e:
                     return _none(why, f"{at}.oneOf cannot be resolved ({e})")
-            negs = [_negation(b, resolve, inner, left, why, f"{at}.oneOf[{i}]") for i, b in enumerate(branches)]
+            negs = [_negation(b, resolve, draft, inner, left, why, f"{at}.oneOf[{i}]") for i, b in enumerate(branches)]
             if any(n is None for n in negs):
                 return None
-            both = [{"allOf": [a, b]} for i, a in enumerate(branches) for b in branches[i + 1:]
-                    if not disjoint(a, b)]
+            both = [{"allOf": [value[i], value[k]]} for i in range(len(value)) for k in range(i + 1, len(value))
+                    if not disjoint(branches[i], branches[k])]
             if len(both) > ONE_OF_PAIRS:
                 return _none(why, f"{at}.oneOf has more than {ONE_OF_PAIRS} pairs of branches that may overlap")
             parts.append({"allOf": negs} if len(negs) > 1 else negs[0])
@@ -264,7 +298,7 @@ def _negation(s: Schema, resolve: Callable[[Schema], Schema] | None, depth: int,
             parts.extend({"type": "object", "properties": {r: False}} for r in value)
         elif key == "properties" and isinstance(value, dict):
             for name, prop in value.items():
-                neg = _negation(prop, resolve, inner, left, why, f"{at}.properties.{name}")
+                neg = _negation(prop, resolve, draft, inner, left, why, f"{at}.properties.{name}")
                 if neg is None:
                     return None
                 if neg is not False:
@@ -289,14 +323,14 @@ def _negation(s: Schema, resolve: Callable[[Schema], Schema] | None, depth: int,
             # fails where the condition holds and `then` fails, or it fails and `else` does
             then, other = s.get("then", True), s.get("else", True)
             if then is not True:
-                neg = _negation(then, resolve, inner, left, why, f"{at}.then")
+                neg = _negation(then, resolve, draft, inner, left, why, f"{at}.then")
                 if neg is None:
                     return None
                 if neg is not False:
                     parts.append({"allOf": [value, neg]})
             if other is not True:
-                neg = _negation(other, resolve, inner, left, why, f"{at}.else")
-                cond = None if neg is None else _negation(value, resolve, inner, left, why, f"{at}.if")
+                neg = _negation(other, resolve, draft, inner, left, why, f"{at}.else")
+                cond = None if neg is None else _negation(value, resolve, draft, inner, left, why, f"{at}.if")
                 if cond is None:
                     return None
                 if neg is not False and cond is not False:
@@ -304,12 +338,12 @@ def _negation(s: Schema, resolve: Callable[[Schema], Schema] | None, depth: int,
         elif key in ("then", "else"):
             continue                                # (with `if`, above; alone they constrain nothing)
         elif key == "contains":       # (with minContains or maxContains beside it: no form, below)
-            neg = _negation(value, resolve, inner, left, why, f"{at}.contains")
+            neg = _negation(value, resolve, draft, inner, left, why, f"{at}.contains")
             if neg is None:
                 return None
             parts.append({"type": "array", "items": neg})
         elif key == "items" and isinstance(value, (dict, bool)) and "prefixItems" not in s:
-            neg = _negation(value, resolve, inner, left, why, f"{at}.items")  # (past prefixItems: the rest only)
+            neg = _negation(value, resolve, draft, inner, left, why, f"{at}.items")  # (past prefixItems: the rest only)
             if neg is None:
                 return None
             if neg is not False:
@@ -467,6 +501,7 @@ class Merger:
     def __init__(self, resolve: ResolveFn, draft: int, base: str = "") -> None:
         self.resolve = resolve
         self.draft = draft
+        self.negated = False                     # merging inside a negation (`normalize`'s `negated`)
         self.base = base
         self._expanding: list[int] = []
         self._depth = 0                          # merges in progress, nested (see CYCLE_CHECK_DEPTH)
@@ -477,7 +512,7 @@ class Merger:
         """`s` without a top-level `$ref` or `allOf` (both merged in)."""
         if not isinstance(s, dict):
             return s
-        s = normalize(s, self.draft)
+        s = normalize(s, self.draft, self.negated)
         if "$ref" in s:
             target, _, tpath = self.resolve(s["$ref"], self.base, path)
             if id(target) in self._expanding:

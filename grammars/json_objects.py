@@ -203,22 +203,25 @@ def _extra_member(c: "Compiler", declared: set, patterns: dict, extra: Any, name
     if value == NOTHING:
         return None
     if names_schema is True:
-        key = string_not_in(declared, c.tries)
+        body = string_not_in(declared, c.tries)
+        key = NOTHING if body == NOTHING else quoted(body)
     else:
         key = _names_key(c, declared, names_schema, path, base)
-    return None if key == NOTHING else seq(quoted(key), c.ws.colon, value)
+    return None if key == NOTHING else seq(key, c.ws.colon, value)
 
 
 def _names_key(c: "Compiler", declared: set, names: Any, path: str, base: str) -> Node:
+    """The keys (quoted, in every spelling) of additional members: the strings valid under
+    `propertyNames` that are no declared name."""
     where = f"{path}.propertyNames"
     clash = [n for n in declared if c.accepts(names, n, where, base)]
     if not clash:
-        return c.string_body(names, where, base)
+        return c.string_node(names, where, base)
     flat = c.merger.flatten(names, where)
     if isinstance(flat, dict) and "enum" in flat:
         allowed = [v for v in flat["enum"] if isinstance(v, str) and v not in declared
                    and c.accepts(names, v, where, base)]
-        return alt(*(key_literal(v) for v in allowed))
+        return quoted(alt(*(key_literal(v) for v in allowed)))
     raise UnsupportedSchemaError("propertyNames", path, f"it also admits declared properties {sorted(clash)!r}; "
                                  "the difference of a pattern and a set is not computed")
 

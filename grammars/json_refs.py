@@ -50,13 +50,14 @@ def load_schema(schema: Any) -> dict | bool:
 
 
 def draft_of(root: Schema) -> int:
-    """4 for draft-03/04 (no `contains`), 7 for draft-06/07 (no `minContains`/`maxContains`): in
-    both `$ref` siblings are ignored; 2020 otherwise (2019-09 and 2020-12)."""
+    """The draft a document declares in its `$schema`: 4 (draft-03 and draft-04), 6, 7, or 2020
+    (2019-09, 2020-12, and a document that declares none). `json_merge.LACKS` lists the keywords
+    each lacks; in 4, 6 and 7 the siblings of a `$ref` are ignored."""
     uri = root.get("$schema", "") if isinstance(root, dict) else ""
-    if isinstance(uri, str) and any(f"draft-0{d}" in uri for d in (3, 4)):
-        return 4
-    if isinstance(uri, str) and any(f"draft-0{d}" in uri for d in (6, 7)):
-        return 7
+    if isinstance(uri, str):
+        for marker, draft in (("draft-03", 4), ("draft-04", 4), ("draft-06", 6), ("draft-07", 7)):
+            if marker in uri:
+                return draft
     return 2020
 
 

@@ -28,10 +28,10 @@ always get at least `max_recursion_depth` levels.
 | `properties` `required` | exact; order = `properties` order, then required-only names; optional ones skippable; names written as JSON encoders write them (printable ASCII raw, never `\\u`-escaped) (n optional properties before the first required one cost ~n^2/2 member copies, ~2n^1.5 past 24) |
 | `additionalProperties` | exact, default `true` (extra keys after the declared ones, never repeating a declared name; while an extra key still spells the start of a declared name, its printable ASCII is written raw, not `\\u`-escaped); `strict=True` makes the default `false` |
 | `patternProperties` | exact: each group of names (the patterns it matches, or none: `additionalProperties`) by the automata; up to 4 patterns of different schemas |
-| `propertyNames` | exact for declared names; extra keys: when no declared name is admitted, or as an `enum` |
+| `propertyNames` | exact for declared names; extra keys: the strings valid under it (compiled as a string value, every keyword included) when no declared name is admitted, or as an `enum` |
 | `minProperties` `maxProperties` | exact (counted over declared + additional members); unsupported when the counted layout exceeds the size budget (400k NFA states) |
 | `items` `prefixItems` `minItems` `maxItems` | exact; draft-7 `items: [...]` + `additionalItems` too |
-| `contains` `minContains` `maxContains` | exact on arrays (`json_arrays`), other types unaffected: at least `minContains` (default 1; 0: no lower bound) items valid under `contains`, any schema that compiles; `maxContains` exact when `contains` has a negation (`json_merge.negation`: types, enum/const, required, properties, not/allOf/anyOf of those), else unsupported; with `prefixItems`, `minItems` or `maxItems` a (position, count) product, unsupported past the size budget; `allOf` of two different `contains` unsupported; draft-06/07: `min/maxContains` ignored, draft-04: `contains` ignored (as those drafts' validators do; reported) |
+| `contains` `minContains` `maxContains` | exact on arrays (`json_arrays`), other types unaffected: at least `minContains` (default 1; 0: no lower bound) items valid under `contains`, any schema that compiles; `maxContains` exact when `contains` has a negation (`json_merge.negation`: types, enum/const, required, properties, not/allOf/anyOf of those), else unsupported; with `prefixItems`, `minItems` or `maxItems` a (position, count) product, unsupported past the size budget; `allOf` of two different `contains` unsupported; in draft-04/06/07 schemas, which lack some of these, see `json_merge.LACKS` |
 | `allOf` | real merge (types intersect, bounds tighten, properties merge recursively, patternProperties union unless a side has additionalProperties, required union, anyOf/oneOf distribute); unmergeable pairs unsupported |
 | `anyOf` | exact (each branch merged with the sibling keywords) |
 | `oneOf` | exact: branches provably disjoint (types, enum values, a required discriminator property with distinct const/enum, or a member one requires and the other forbids) as they are; types of which two branches take every value (no type and only object keywords) left out of both; a branch that may overlap others holds with their negations (`json_merge.negation`: types, enum/const, bounds, required, properties, items, contains, pattern, a known format, `propertyNames: false`, a nested oneOf, not/allOf/anyOf of those, through local `$ref`s; unknown keywords and formats, ignored when compiling, ignored there too; at most `ONE_OF_NEGATIONS` in all); else unsupported (`allow_approximate`: compiled as anyOf) |
@@ -83,7 +83,7 @@ from grammars.json_doubles import (
 from grammars.json_formats import DRAFT_FORMATS, FORMATS, format_node
 from grammars.json_length import DEFAULT_SIZE_BUDGET, EXPANSION_BUDGET, restrict_length
 from grammars.json_merge import (
-    ANNOTATIONS, KEYWORD_TYPE, NOT_IN_DRAFT, TYPES, UNEVALUATED, Merger, disjoint, negation, normalize, plain_not, type_set,
+    ANNOTATIONS, KEYWORD_TYPE, LACKS, TYPES, UNEVALUATED, Merger, disjoint, negation, normalize, plain_not, type_set,
     whole_types,
 )
 from grammars.json_numbers import (
@@ -187,6 +187,21 @@ def _dedup(notes: list[SchemaNote]) -> tuple[SchemaNote, ...]:
     return tuple({(n.keyword, n.path, n.kind): n for n in notes}.values())
 
 
+def _ids_of_dicts(doc: Any) -> set[int]:
+    """The ids of every object in a JSON document (iteratively: documents may be deep)."""
+    out: set[int] = set()
+    todo = [doc]
+    while todo:
+        x = todo.pop()
+        if type(x) is dict:
+            if id(x) not in out:
+                out.add(id(x))
+                todo.extend(x.values())
+        elif type(x) is list:
+            todo.extend(x)
+    return out
+
+
 @cython.cclass
 class Compiler:
     """Walks one schema document; `rules` collects the recursive rules.
@@ -228,6 +243,7 @@ class Compiler:
         self.merged_patterns: set[tuple] = set()
         # (the schema's text, base) of the compile-time value checks in progress (see `accepts`)
         self.checking: set[tuple] = set()
+        self._documents: set[int] | None = None   # ids of the user's schema objects (`_later_draft`)
 
     # -- entry points -----------------------------------------------------------
 
@@ -265,8 +281,8 @@ class Compiler:
             raise InvalidSchemaError("a schema must be an object or a boolean", path, s)
         s = check_schema(s, path, self.approximate, notes=self.notes, draft=self.draft)
         base = self.resolver.base_of(s, base)
-        if self.draft in NOT_IN_DRAFT and not s.keys().isdisjoint(NOT_IN_DRAFT[self.draft]):
-            self._not_in_draft(s, path)
+        if self.draft != 2020 and not s.keys().isdisjoint(LACKS[self.draft]):
+            self._later_draft(s, path)
         s = normalize(s, self.draft)
         merged = False                         # `normalize` keeps checked keywords well-formed; merging may not
         if "unevaluatedProperties" in s or "unevaluatedItems" in s:
@@ -333,6 +349,10 @@ class Compiler:
             elif key == "unevaluatedItems" and "contains" in flat:
                 why = "beside contains, which evaluates the items it matches"
             if why is not None:
+                if key in LACKS[self.draft]:       # as the draft's validators do: exact for it
+                    self.notes.append(SchemaNote(key, path, "later draft", f"draft-{self.draft:02d}'s validators "
+                                                 f"ignore it, and it is ignored here: enforcing it is not exact ({why})"))
+                    continue
                 if not self.approximate:
                     raise UnsupportedSchemaError(key, path, why)
                 self.notes.append(SchemaNote(key, path, "approximated", why))
@@ -342,20 +362,37 @@ class Compiler:
                 flat[evaluates_rest] = value
         return flat
 
-    def _not_in_draft(self, s: dict, path: str) -> None:
-        """Report the keywords of a later draft that `normalize` drops, as this draft's validators ignore them."""
-        for key in NOT_IN_DRAFT[self.draft]:
+    def _later_draft(self, s: dict, path: str) -> None:
+        """Report the keywords of a later draft in a schema of the user's (not one the compiler
+        wrote, a negation say): enforced, and ignored inside negations (`json_merge.LACKS`)."""
+        if self._documents is None:
+            self._documents = _ids_of_dicts(self.resolver.root)
+        if id(s) not in self._documents:
+            return
+        name = f"draft-{self.draft:02d}"
+        for key in LACKS[self.draft]:
             if key in s:
-                self.notes.append(SchemaNote(key, path, "unknown"))
+                self.notes.append(SchemaNote(key, path, "later draft", f"{name}'s validators ignore it: enforced "
+                                             "here and ignored inside negations, so what passes is valid "
+                                             f"under both {name} and 2020-12"))
 
     def any(self) -> Node:
         if ANY_RULE not in self.rules:
             self.rules[ANY_RULE] = any_value_rule(self.ws, self.numbers)
         return Ref(ANY_RULE)
 
-    def flatten(self, s: Any, path: str, base: str) -> Any:
-        self.merger.base = base
-        return self.merger.flatten(s, path)
+    def flatten(self, s: Any, path: str, base: str, negated: bool = False) -> Any:
+        """`s` with its `$ref` and `allOf` merged in; `negated`: read inside a negation, without the
+        keywords the schema's draft lacks (`json_merge.LACKS`)."""
+        merger = self.merger
+        merger.base = base
+        if not negated:
+            return merger.flatten(s, path)
+        outer, merger.negated = merger.negated, True
+        try:
+            return merger.flatten(s, path)
+        finally:
+            merger.negated = outer
 
     # -- references -------------------------------------------------------------
 
@@ -396,9 +433,11 @@ class Compiler:
             return union(*(self.node(self._with(rest, br, f"{path}.anyOf[{i}]", base), f"{path}.anyOf[{i}]", base)
                          for i, br in enumerate(s["anyOf"])))
         branches = [self._with(rest, br, f"{path}.oneOf[{i}]", base) for i, br in enumerate(s["oneOf"])]
-        flat = [self.flatten(b, f"{path}.oneOf[{i}]", base) for i, b in enumerate(branches)]
         # branch i holds alone: it and the negation of every branch it may overlap (exact, and the
-        # resulting branches are disjoint); provably disjoint pairs need nothing
+        # resulting branches are disjoint); provably disjoint pairs need nothing. Overlaps are found
+        # between the branches as negated (without the keywords their draft lacks: they may take more)
+        flat = [self.flatten({"allOf": [rest, b]} if rest else b, f"{path}.oneOf[{i}]", base, negated=True)
+                for i, b in enumerate(s["oneOf"])]
         excluded: list[list[Any]] = [[] for _ in flat]
         for i in range(len(flat)):
             for j in range(i + 1, len(flat)):
@@ -462,12 +501,13 @@ class Compiler:
     def resolving(self, path: str, base: str) -> Callable[[Any], Any]:
         """`json_merge.negation`'s `resolve`: a subschema with its `$ref` and `allOf` merged in
         (`flatten`), without what compiling it ignores (unknown keywords, a `format` not known) or what a
-        negation must (a `format` the schema's draft does not define: `json_formats.DRAFT_FORMATS`)."""
+        negation must (a keyword or a `format` the schema's draft does not define: `json_merge.LACKS`,
+        `json_formats.DRAFT_FORMATS`)."""
 
         formats = DRAFT_FORMATS.get(self.draft, FORMATS)   # (a format the schema's draft lacks: ignored)
 
         def resolve(s: Any) -> Any:
-            flat = self.flatten(s, path, base)
+            flat = self.flatten(s, path, base, negated=True)
             if isinstance(flat, dict) and any(k not in KNOWN_KEYWORDS or k == "format" for k in flat):
                 flat = {k: v for k, v in flat.items()
                         if k in KNOWN_KEYWORDS and not (k == "format" and isinstance(v, str) and v not in formats)}
@@ -484,7 +524,7 @@ class Compiler:
 
     def _negation(self, n: Any, path: str, base: str) -> tuple[set[str], list, list[str]]:
         """(excluded types, excluded values, patterns excluded strings match) of `not: n`, or raise."""
-        n = self.flatten(n, f"{path}.not", base)
+        n = self.flatten(n, f"{path}.not", base, negated=True)
         if n is True:
             return set(TYPES), [], []
         if n is False:
@@ -743,25 +783,11 @@ class Compiler:
                                    keyword="maxLength" if hi is not None else "minLength")
         return difference(rest, gone, required=required, path=path, tries=self.tries, keyword=keyword)
 
-    def string_body(self, schema: Any, path: str, base: str) -> Node:
-        """Bodies of the strings valid under `schema` (for `propertyNames`)."""
-        s = self.flatten(schema, path, base)
-        if s is True or s == {}:
-            return star(ANY_CHAR)
-        if s is False:
-            return NOTHING
-        s = normalize(s, self.draft)
-        node = self._typed({**s, "type": "string"} if "type" not in s else s, path, base)
-        if node == NOTHING:
-            return NOTHING
-        types = s.get("type", "string")
-        if "string" not in ([types] if isinstance(types, str) else types):
-            return NOTHING
-        if "enum" in s:
-            rest = _enum_checks(s, ("enum", "type"))
-            return alt(*(key_literal(v) for v in s["enum"]
-                         if isinstance(v, str) and (not rest or self.accepts(rest, v, path, base))))
-        return self._string_body(s, [], path)
+    def string_node(self, schema: Any, path: str, base: str) -> Node:
+        """The JSON strings valid under `schema`, quoted (for `propertyNames`: names are strings
+        with a value's spellings). Compiled as a value with every keyword, `not`, `anyOf`, `oneOf`
+        and `if` too."""
+        return self.node({"allOf": [{"type": "string"}, schema]}, path, base)
 
     # -- membership tests at compile time -----------------------------------------
 

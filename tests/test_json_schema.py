@@ -25,6 +25,8 @@ from bench.oracle import canonical, key_order, strict_schema, validator
 from grammars.deep import deep_call
 from grammars.dfa import LazyDFA
 from grammars.errors import InvalidSchemaError, UnsupportedSchemaError
+from grammars.json_merge import LACKS
+from grammars.json_refs import draft_of
 from grammars.json_schema import WhitespacePolicy, json_schema_grammar, load_schema
 from tests.schema_corpus import BY_NAME, CORPUS
 
@@ -474,16 +476,76 @@ def test_contains_with_item_counts_is_refused_past_the_size_budget():
     assert not big.matches(b"[1, 1]")                # counter loops: no unrolling without maxItems/minItems
 
 
-def test_contains_keywords_of_later_drafts_are_reported_as_ignored():
-    d7 = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "array", "contains": {"const": 1},
-          "maxContains": 1}
-    g = json_schema_grammar(d7)
-    assert [(n.keyword, n.kind) for n in g.info["report"]] == [("maxContains", "unknown")]
-    assert LazyDFA(g, max_depth=g.info["max_depth"]).matches(b"[1, 1]")          # as a draft-07 validator has it
-    d4 = {**d7, "$schema": "http://json-schema.org/draft-04/schema#"}
-    g = json_schema_grammar(d4)
-    assert [n.keyword for n in g.info["report"]] == ["contains", "maxContains"]
-    assert LazyDFA(g, max_depth=g.info["max_depth"]).matches(b"[2]")             # draft-04 has no `contains`
+D4, D6, D7 = (f"http://json-schema.org/draft-0{d}/schema#" for d in (4, 6, 7))
+LATER_DRAFT_CASES = [
+    # (schema, [(instance text, accepted)])
+    ({"$schema": D4, "type": "integer", "const": 1}, [("1", True), ("2", False)]),
+    ({"$schema": D4, "type": "integer", "not": {"const": 1}}, [("1", False), ("2", False)]),
+    ({"$schema": D4, "oneOf": [{"const": 1}, {"const": 2}]}, [("1", False), ("2", False), ("3", False)]),
+    ({"$schema": D4, "type": "array", "contains": {"const": 1}}, [("[1]", True), ("[2, 1]", True), ("[2]", False)]),
+    # found by `bench.mutations --edit-schemas --structural` (seed 14): the negation of `items`, an
+    # array that `contains` a non-string, lost its `contains` to draft 4's filter: any array passed
+    ({"$schema": D4, "type": "array", "items": {"type": "string"},
+      "not": {"items": {"type": "string"}, "additionalItems": False}}, [("[]", False), ('["a"]', False)]),
+    ({"$schema": D6, "type": "object", "if": {"required": ["a"]}, "then": {"required": ["b"]}},
+     [("{}", True), ('{"a": 1}', False), ('{"a": 1, "b": 2}', True)]),
+    ({"$schema": D7, "type": "array", "items": {"type": "integer"}, "prefixItems": [{"const": 1}]},
+     [("[1]", True), ("[1, 2]", True), ("[2]", False), ('[1, "x"]', False)]),
+    ({"$schema": D7, "type": "array", "contains": {"const": 1}, "minContains": 0, "maxContains": 1},
+     [("[1]", True), ("[0, 1]", True), ("[]", False), ("[1, 1]", False)]),
+    ({"$schema": D7, "not": {"type": "object", "dependentRequired": {"a": ["b"]}}},
+     [("1", True), ("{}", False), ('{"a": 1}', False)]),
+]
+
+
+@pytest.mark.parametrize("schema, texts", LATER_DRAFT_CASES)
+def test_keywords_of_later_drafts_are_enforced_outside_negations(schema, texts):
+    """A keyword the schema's declared draft lacks (`const` in draft 4, `if` in draft 6,
+    `maxContains` in draft 7): that draft's validators ignore it, 2020-12's enforce it. What passes
+    must be valid under both, so it is enforced outside negations and ignored inside them, and the
+    report says so."""
+    g = json_schema_grammar(schema)
+    dfa = LazyDFA(g, max_depth=g.info["max_depth"])
+    as_declared = validator(schema)
+    as_2020 = jsonschema.Draft202012Validator({k: v for k, v in schema.items() if k != "$schema"})
+    for text, accepted in texts:
+        assert dfa.matches(text.encode()) == accepted, (schema, text)
+        if accepted:
+            assert as_declared.is_valid(json.loads(text)) and as_2020.is_valid(json.loads(text)), (schema, text)
+    later = [n for n in g.info["report"] if n.kind == "later draft"]
+    assert all(n.keyword in LACKS[draft_of(schema)] for n in later)
+    assert bool(later) == any(k in LACKS[draft_of(schema)] for k in schema), g.info["report"]
+
+
+@pytest.mark.parametrize("names", [
+    {"anyOf": [{"pattern": "^a"}, {"pattern": "^b"}]}, {"allOf": [{"pattern": "^a"}, {"maxLength": 2}]},
+    {"not": {"pattern": "^a", "maxLength": 3}}, {"if": {"pattern": "^a"}, "then": {"maxLength": 2}},
+    {"not": {"const": "x"}}, {"pattern": "^a", "not": {"enum": ["ab"]}}, {"enum": ["a", "b"], "not": {"const": "a"}},
+    {"oneOf": [{"pattern": "^a"}, {"maxLength": 1}]}])
+@pytest.mark.parametrize("any_order", [False, True])
+def test_property_names_hold_with_every_keyword(names, any_order):
+    """`propertyNames` compiled as a string value: its `not`, `anyOf`, `oneOf` and `if` hold for
+    the names of additional members too. They were ignored there, so `{"bookkeeper": {}}` passed
+    `propertyNames: {"not": {"const": "bookkeeper"}}` (found by `bench.mutations --structural`)."""
+    schema = {"type": "object", "propertyNames": names}
+    dfa = LazyDFA(json_schema_grammar(schema, any_order=any_order), max_depth=64)
+    check = jsonschema.Draft202012Validator(schema)
+    for name in ("a", "b", "c", "ab", "abc", "x", "abcd", "bb"):
+        text = '{"%s": 1}' % name
+        assert dfa.matches(text.encode()) == check.is_valid(json.loads(text)), (names, text)
+
+
+def test_a_later_drafts_keyword_that_is_not_exact_is_ignored_as_the_draft_does():
+    """Where enforcing a keyword the declared draft lacks has no exact form, it is ignored, as that
+    draft's validators do (exact for the schema as declared), with a note; without a declared draft
+    it is refused."""
+    cond = {"if": {"multipleOf": 3}, "then": {"minimum": 10}}      # (multipleOf has no negation here)
+    g = json_schema_grammar({"$schema": D4, "type": "integer", **cond})
+    assert LazyDFA(g, max_depth=g.info["max_depth"]).matches(b"3")
+    assert [(n.keyword, n.kind) for n in g.info["report"]] == [("if", "later draft")]
+    assert "ignored here: enforcing it is not exact" in str(g.info["report"][0])
+    with pytest.raises(UnsupportedSchemaError, match="if"):
+        json_schema_grammar({"type": "integer", **cond})
 
 
 def test_allow_approximate_reports_what_it_drops():
