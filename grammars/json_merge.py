@@ -397,21 +397,25 @@ def type_set(s: Schema) -> set[str]:
     return types
 
 
-def _discriminators(s: dict) -> dict[str, set]:
-    """Required properties whose values are pinned by enum/const: name -> value keys."""
+def _discriminators(s: dict, draft: int) -> dict[str, set]:
+    """Required properties whose values are pinned by enum/const (`const` where `draft` has it):
+    name -> value keys."""
     out = {}
     props = s.get("properties", {})
     for name in s.get("required", []):
         sub = props.get(name)
         if isinstance(sub, dict):
+            sub = lacking(sub, draft)
             vals = sub.get("enum", [sub["const"]] if "const" in sub else None)
             if vals is not None:
                 out[name] = {json_key(v) for v in vals}
     return out
 
 
-def disjoint(a: Schema, b: Schema) -> bool:
-    """True when no instance can satisfy both (a sufficient check, never a guess)."""
+def disjoint(a: Schema, b: Schema, draft: int = 2020) -> bool:
+    """True when no instance can satisfy both (a sufficient check, never a guess). `draft`: the
+    subschemas inside `a` and `b` are read without the keywords it lacks (`LACKS`), as inside a
+    negation (`a` and `b` themselves are given so read)."""
     ta, tb = type_set(a), type_set(b)
     if not ta & tb:
         return True
@@ -421,10 +425,10 @@ def disjoint(a: Schema, b: Schema) -> bool:
         if not {json_key(v) for v in a["enum"]} & {json_key(v) for v in b["enum"]}:
             return True
     if ta & tb == {"object"}:
-        da, db = _discriminators(a), _discriminators(b)
+        da, db = _discriminators(a, draft), _discriminators(b, draft)
         if any(not da[k] & db[k] for k in da.keys() & db.keys()):
             return True
-        return _objects_disjoint(a, b)
+        return _objects_disjoint(a, b, draft)
     return False
 
 
@@ -439,7 +443,7 @@ def _forbids(s: dict, name: str) -> bool:
     return s.get("additionalProperties", True) is False and not s.get("patternProperties")
 
 
-def _objects_disjoint(a: dict, b: dict) -> bool:
+def _objects_disjoint(a: dict, b: dict, draft: int) -> bool:
     """No object is valid under both: one requires a member the other forbids, or both
     require a member whose schemas are disjoint."""
     ra = [k for k in a.get("required", ()) if isinstance(k, str)]
@@ -449,7 +453,12 @@ def _objects_disjoint(a: dict, b: dict) -> bool:
     pa, pb = a.get("properties", {}), b.get("properties", {})
     if not (isinstance(pa, dict) and isinstance(pb, dict)):
         return False
-    return any(k in pa and k in pb and disjoint(pa[k], pb[k]) for k in set(ra) & set(rb))
+    return any(k in pa and k in pb and disjoint(_read(pa[k], draft), _read(pb[k], draft), draft)
+               for k in set(ra) & set(rb))
+
+
+def _read(s: Schema, draft: int) -> Schema:
+    return lacking(s, draft) if isinstance(s, dict) else s
 
 
 def whole_types(s: Schema) -> set[str]:

@@ -187,15 +187,17 @@ def _dedup(notes: list[SchemaNote]) -> tuple[SchemaNote, ...]:
     return tuple({(n.keyword, n.path, n.kind): n for n in notes}.values())
 
 
-def _ids_of_dicts(doc: Any) -> set[int]:
-    """The ids of every object in a JSON document (iteratively: documents may be deep)."""
-    out: set[int] = set()
+def _dicts(doc: Any) -> list[dict]:
+    """Every object in a JSON document, once each (iteratively: documents may be deep)."""
+    out: list[dict] = []
+    seen: set[int] = set()
     todo = [doc]
     while todo:
         x = todo.pop()
         if type(x) is dict:
-            if id(x) not in out:
-                out.add(id(x))
+            if id(x) not in seen:
+                seen.add(id(x))
+                out.append(x)
                 todo.extend(x.values())
         elif type(x) is list:
             todo.extend(x)
@@ -244,6 +246,7 @@ class Compiler:
         # (the schema's text, base) of the compile-time value checks in progress (see `accepts`)
         self.checking: set[tuple] = set()
         self._documents: set[int] | None = None   # ids of the user's schema objects (`_later_draft`)
+        self._lacking: bool | None = None          # (`_lacks_keywords`)
 
     # -- entry points -----------------------------------------------------------
 
@@ -362,11 +365,19 @@ class Compiler:
                 flat[evaluates_rest] = value
         return flat
 
+    def _lacks_keywords(self) -> bool:
+        """Whether the document uses a keyword its draft lacks (`json_merge.LACKS`) anywhere, even as
+        a property's name: only then can a subschema read inside a negation differ from it as written."""
+        if self._lacking is None:
+            lacks = LACKS[self.draft]
+            self._lacking = any(not d.keys().isdisjoint(lacks) for d in _dicts(self.resolver.root))
+        return self._lacking
+
     def _later_draft(self, s: dict, path: str) -> None:
         """Report the keywords of a later draft in a schema of the user's (not one the compiler
         wrote, a negation say): enforced, and ignored inside negations (`json_merge.LACKS`)."""
         if self._documents is None:
-            self._documents = _ids_of_dicts(self.resolver.root)
+            self._documents = {id(d) for d in _dicts(self.resolver.root)}
         if id(s) not in self._documents:
             return
         name = f"draft-{self.draft:02d}"
@@ -436,17 +447,20 @@ class Compiler:
         # branch i holds alone: it and the negation of every branch it may overlap (exact, and the
         # resulting branches are disjoint); provably disjoint pairs need nothing. Overlaps are found
         # between the branches as negated (without the keywords their draft lacks: they may take more)
-        flat = [self.flatten({"allOf": [rest, b]} if rest else b, f"{path}.oneOf[{i}]", base, negated=True)
-                for i, b in enumerate(s["oneOf"])]
+        if self._lacks_keywords():
+            flat = [self.flatten({"allOf": [rest, b]} if rest else b, f"{path}.oneOf[{i}]", base, negated=True)
+                    for i, b in enumerate(s["oneOf"])]
+        else:                      # (read as negated, as they are: the merges above serve)
+            flat = [self.flatten(b, f"{path}.oneOf[{i}]", base) for i, b in enumerate(branches)]
         excluded: list[list[Any]] = [[] for _ in flat]
         for i in range(len(flat)):
             for j in range(i + 1, len(flat)):
-                if disjoint(flat[i], flat[j]):
+                if disjoint(flat[i], flat[j], self.draft):
                     continue
                 # types of which both take every value never hold "exactly one": without them the
                 # two may be disjoint (objects without type: `required` against `additionalProperties`)
                 free = whole_types(flat[i]) & whole_types(flat[j])
-                if free and disjoint(_without_types(flat[i], free), _without_types(flat[j], free)):
+                if free and disjoint(_without_types(flat[i], free), _without_types(flat[j], free), self.draft):
                     rest = [t for t in TYPES if t not in free]
                     excluded[i].append({"type": rest})
                     excluded[j].append({"type": rest})

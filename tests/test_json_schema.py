@@ -483,6 +483,11 @@ LATER_DRAFT_CASES = [
     ({"$schema": D4, "type": "integer", "not": {"const": 1}}, [("1", False), ("2", False)]),
     ({"$schema": D4, "oneOf": [{"const": 1}, {"const": 2}]}, [("1", False), ("2", False), ("3", False)]),
     ({"$schema": D4, "type": "array", "contains": {"const": 1}}, [("[1]", True), ("[2, 1]", True), ("[2]", False)]),
+    # draft 4 reads both branches as "any object with `kind`": the `const`s are no discriminator
+    ({"$schema": D4, "oneOf": [{"properties": {"kind": {"const": "a"}}, "required": ["kind"]},
+                               {"properties": {"kind": {"const": "b"}}, "required": ["kind"]}]},
+     [('{"kind": "a"}', False), ('{"kind": "c"}', False)]),
+    ({"$schema": D4, "type": "object", "oneOf": [{"const": False}, {}]}, [("{}", False)]),
     # found by `bench.mutations --edit-schemas --structural` (seed 14): the negation of `items`, an
     # array that `contains` a non-string, lost its `contains` to draft 4's filter: any array passed
     ({"$schema": D4, "type": "array", "items": {"type": "string"},
