@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from grammars.ecma import both_patterns
 from grammars.errors import StateBudgetError, UnsupportedSchemaError
-from grammars.json_values import json_key, json_type
+from grammars.json_values import json_equal, json_key, json_type
 
 __all__ = ["Merger", "LACKS", "lacking", "normalize", "negation", "TYPES", "ANNOTATIONS", "UNEVALUATED", "type_set", "disjoint"]
 
@@ -111,7 +111,7 @@ def normalize(s: dict, draft: int, negated: bool = False) -> dict:
                 out[ex] = out.pop(plain)
     if "const" in out:
         const = out.pop("const")
-        out["enum"] = [v for v in out["enum"] if json_key(v) == json_key(const)] if "enum" in out else [const]
+        out["enum"] = [v for v in out["enum"] if _same(v, const)] if "enum" in out else [const]
     if draft <= 7 and "$ref" in out:
         return {"$ref": out["$ref"]}
     if "dependentSchemas" in out or "dependencies" in out:
@@ -493,6 +493,10 @@ def whole_types(s: Schema) -> set[str]:
 # nesting limit, `json_schema.MAX_NESTING`) a merge is refused as too deep.
 CYCLE_CHECK_DEPTH = 64
 MAX_MERGE_DEPTH = 2000
+# `allOf` of `anyOf`s (or `oneOf`s) is one `anyOf` of every pair of branches: merged again and again
+# (the negation of an `allOf` of `if`s, merged with its siblings), the count multiplies. Past this
+# many branches in one merge it is refused, not left to grow for minutes.
+MAX_MERGED_BRANCHES = 1024
 
 
 def _shallow(s: Schema) -> Any:
@@ -600,7 +604,7 @@ class Merger:
         return out
 
     def _keyword(self, key: str, x: Any, y: Any, path: str) -> Any:
-        if key in ANNOTATIONS or (_jsonable(x) and _jsonable(y) and json_key(x) == json_key(y)):
+        if key in ANNOTATIONS or _same(x, y):
             return x
         if key == "type":
             tx = {x} if isinstance(x, str) else set(x)
@@ -609,8 +613,11 @@ class Merger:
                                 or ("number" in tx and "integer" in ty) else set())
             return [t for t in TYPES if t in both]
         if key == "enum":
-            keys = {json_key(v) for v in y}
-            return [v for v in x if json_key(v) in keys]
+            # scalars by key; objects and arrays pairwise (`json_key` walks a shared part once per path)
+            keys = {json_key(v) for v in y if type(v) not in (dict, list)}
+            boxes = [v for v in y if type(v) in (dict, list)]
+            return [v for v in x if (any(_same(v, w) for w in boxes) if type(v) in (dict, list)
+                                     else json_key(v) in keys)]
         if key == "required":
             return list(x) + [k for k in y if k not in x]
         if key in _MAX_KW:
@@ -623,9 +630,10 @@ class Merger:
             return self.merge(x, y, f"{path}.{key}")
         if key == "not":
             return {"anyOf": [x, y]}
-        if key == "anyOf":
-            return [{"allOf": [p, q]} for p in x for q in y]
-        if key == "oneOf":  # exactly one of X and exactly one of Y == exactly one pair
+        if key in ("anyOf", "oneOf"):  # (oneOf: exactly one of X and exactly one of Y == exactly one pair)
+            if len(x) * len(y) > MAX_MERGED_BRANCHES:
+                raise StateBudgetError(MAX_MERGED_BRANCHES, f"merging the {key} branches at {path} "
+                                       f"({len(x)} with {len(y)})", unit="branches", option=None)
             return [{"allOf": [p, q]} for p in x for q in y]
         if key == "uniqueItems":
             return bool(x or y)
@@ -688,7 +696,7 @@ class Merger:
             out.update({k: side[k] for k in ("contains", *_COUNTS) if k in side})
             return
         x, y = a["contains"], b["contains"]
-        if x is not y and not (_jsonable(x) and _jsonable(y) and json_key(x) == json_key(y)):
+        if not _same(x, y):
             raise UnsupportedSchemaError("contains", path, f"allOf of two different `contains` ({x!r} and {y!r}): "
                                          "items counted under each schema at once are not supported")
         out["contains"] = x
@@ -699,10 +707,10 @@ class Merger:
             out["maxContains"] = min(highs)
 
 
-def _jsonable(v: Any) -> bool:
+def _same(x: Any, y: Any) -> bool:
+    """JSON-equal (`json_values.json_equal`); False for what is not JSON."""
     try:
-        json_key(v)
-        return True
+        return json_equal(x, y)
     except (TypeError, ValueError):
         return False
 

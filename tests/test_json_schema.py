@@ -540,6 +540,58 @@ def test_property_names_hold_with_every_keyword(names, any_order):
         assert dfa.matches(text.encode()) == check.is_valid(json.loads(text)), (names, text)
 
 
+def test_merging_equal_values_built_as_dags_compares_them_once():
+    """Values built as DAGs (a schema's parts copied into themselves, shared) were compared by
+    `json_key`, which walks them as trees: merging two equal 64-level ones would not end (found by
+    `bench.mutations --edit-schemas --structural`, seed 15). In a child process, so that a
+    regression fails here instead of hanging the run."""
+    import subprocess
+    import sys
+
+    code = """
+from grammars.json_merge import Merger
+def dag(depth, leaf):
+    v = leaf
+    for _ in range(depth):
+        v = {"l": v, "r": [v, v]}
+    return v
+m = Merger(lambda ref, base, path: ({}, base, path), draft=2020)
+a, b, c = dag(64, 1), dag(64, 1.0), dag(64, 2)
+assert m.merge({"enum": [a, c]}, {"enum": [b, "x"]}, "$") == {"enum": [a]}
+assert m.merge({"title": "t", "x-data": a}, {"x-data": b}, "$")["x-data"] is a
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.split() == ["ok"], out.stderr[-2000:]
+
+
+def test_an_allof_of_many_anyofs_is_refused_past_the_branch_budget_not_left_to_grow():
+    """`allOf` of `anyOf`s is one `anyOf` of every combination of branches. Eleven `if`s in an
+    `allOf` (each two branches) took 109 s to compile, and a structural fuzz edit (the negation of
+    an `allOf` of three `if`s, merged with its siblings) did not finish: past `MAX_MERGED_BRANCHES`
+    the merge is refused at once. Ten still compile. In a child process, so that a regression
+    fails here instead of stalling the run."""
+    import subprocess
+    import sys
+
+    code = """
+from grammars.errors import StateBudgetError
+from grammars.json_schema import json_schema_grammar
+def conditions(n):
+    return {"type": "object", "allOf": [{"if": {"properties": {f"p{i}": {"const": "a"}}, "required": [f"p{i}"]},
+                                         "then": {"required": [f"q{i}"]}} for i in range(n)]}
+try:
+    json_schema_grammar(conditions(11))
+except StateBudgetError as e:
+    assert "merging the anyOf branches at $.allOf[10] (1024 with 2) needs more than 1024 branches" in str(e), e
+    print("refused")
+json_schema_grammar(conditions(4))
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.split() == ["refused", "ok"], out.stderr[-2000:]
+
+
 def test_a_later_drafts_keyword_that_is_not_exact_is_ignored_as_the_draft_does():
     """Where enforcing a keyword the declared draft lacks has no exact form, it is ignored, as that
     draft's validators do (exact for the schema as declared), with a note; without a declared draft
