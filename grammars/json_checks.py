@@ -23,7 +23,7 @@ from typing import Any
 from grammars.errors import InvalidSchemaError, SchemaNote, UnsupportedSchemaError
 from grammars.json_merge import ANNOTATIONS, LACKS, TYPES, negation
 
-__all__ = ["check_schema", "dependent_names", "KNOWN_KEYWORDS"]
+__all__ = ["check_schema", "shape_errors", "dependent_names", "KNOWN_KEYWORDS"]
 
 _NONNEG_INT = ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties",
                "minContains", "maxContains")
@@ -103,7 +103,8 @@ _NON_EMPTY = frozenset(("allOf", "anyOf", "oneOf"))
 _NONNEG_INT_KEYS = frozenset(_NONNEG_INT)
 
 
-def _shape_errors(s: dict, path: str) -> None:
+def shape_errors(s: dict, path: str) -> None:
+    """Raise `InvalidSchemaError` for the first keyword of `s` whose value has the wrong shape."""
     checks = _CHECKS
     for key, value in s.items():
         check = checks.get(key)
@@ -215,7 +216,7 @@ def check_schema(s: dict, path: str, approximate: bool, warn_unknown: bool = Tru
     Ignored and dropped keywords are appended to `notes` (warned when it is None).
     `draft` (`json_refs.draft_of`): keywords of that draft only (`id`, draft-04's `$id`) are known too.
     """
-    _shape_errors(s, path)
+    shape_errors(s, path)
     if not _NONNEG_INT_KEYS.isdisjoint(s):
         floats = {k: int(s[k]) for k in _NONNEG_INT if isinstance(s.get(k), float)}
         s = {**s, **floats} if floats else s

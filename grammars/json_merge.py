@@ -576,7 +576,12 @@ class Merger:
             self._merging.discard(key)
 
     def _merge(self, a: Schema, b: Schema, path: str) -> Schema:
+        from grammars.json_checks import shape_errors   # (it imports this module)
+
         a, b = self.flatten(a, path), self.flatten(b, path)
+        for side in (a, b):           # keywords are combined below: a malformed one is an error here
+            if type(side) is dict:
+                shape_errors(side, path)
         for side in (a, b):
             for key in UNEVALUATED:
                 if isinstance(side, dict) and side.get(key, True) is not True:

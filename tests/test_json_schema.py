@@ -592,6 +592,17 @@ print("ok")
     assert out.returncode == 0 and out.stdout.split() == ["refused", "ok"], out.stderr[-2000:]
 
 
+@pytest.mark.parametrize("schema, keyword", [
+    ({"allOf": [{"minimum": "x"}, {"minimum": 3}]}, "minimum"),         # was a bare TypeError
+    ({"allOf": [{"type": "t"}, {"type": "string"}]}, "type"),           # was "nothing", silently
+    ({"type": "integer", "if": {"minimum": 10}, "else": {"type": "o"}}, "type")])
+def test_a_malformed_keyword_in_merged_subschemas_is_an_invalid_schema_error(schema, keyword):
+    """Subschemas merged together (`allOf`, `if`/`else` rewritten as branches) are checked before
+    their keywords are combined, as every compiled subschema is."""
+    with pytest.raises(InvalidSchemaError, match=f"`{keyword}` must be"):
+        json_schema_grammar(schema)
+
+
 def test_a_later_drafts_keyword_that_is_not_exact_is_ignored_as_the_draft_does():
     """Where enforcing a keyword the declared draft lacks has no exact form, it is ignored, as that
     draft's validators do (exact for the schema as declared), with a note; without a declared draft
