@@ -317,9 +317,10 @@ def refusal_kind(schema: Any, text: str, accepts: Any, declared: bool = False) -
     `email` is stricter than jsonschema's, by design); "draft keywords": the
     instance is invalid when the schema's draft also has the keywords it
     lacks, those of 2020-12 (`const` in draft 4, `if` in draft 6) or, for
-    2020-12, draft 7's `dependencies`: such keywords are enforced outside
-    negations, by design (`json_merge.LACKS`); "other": none of these, a bug
-    to look at. From "number spelling" on, members may come in any order.
+    2020-12, draft 7's `dependencies`, or we accept it once the schema
+    declares 2020-12: such keywords are enforced outside negations and
+    ignored inside them, by design (`json_merge.LACKS`); "other": none of
+    these, a bug to look at. From "number spelling" on, members may come in any order.
     """
     if declared and accepts(schema, text, True):
         return "member order"
@@ -339,9 +340,19 @@ def refusal_kind(schema: Any, text: str, accepts: Any, declared: bool = False) -
     bare = without_formats(schema)
     if bare != schema and (accepts(bare, text, True) or either(bare, respelled)):
         return "format"
-    if _valid_with_every_drafts_keywords(schema, value) is False:
+    if _valid_with_every_drafts_keywords(schema, value) is False or _accepted_as_2020(schema, text, accepts):
         return "draft keywords"
     return "other"
+
+
+def _accepted_as_2020(schema: Any, text: str, accepts: Any) -> bool:
+    """Whether a schema that declares draft 4, 6 or 7 accepts `text` once it declares 2020-12 (in
+    which no keyword is ignored inside negations: `json_merge.LACKS`)."""
+    from grammars.json_refs import draft_of
+
+    if draft_of(schema) == 2020:
+        return False
+    return bool(accepts({**schema, "$schema": "https://json-schema.org/draft/2020-12/schema"}, text, True))
 
 
 def _keeps_declared_order(schema: Any) -> bool:
@@ -373,6 +384,8 @@ def _valid_with_every_drafts_keywords(schema: Any, value: Any) -> bool | None:
     base = type(validator(schema))
     donor = jsonschema.Draft7Validator if draft_of(schema) == 2020 else jsonschema.Draft202012Validator
     added = {k: donor.VALIDATORS[k] for k in LACKS[draft_of(schema)] if k in donor.VALIDATORS}
+    if draft_of(schema) in (6, 7):       # (2020-12's `contains` reads `minContains`/`maxContains`)
+        added["contains"] = donor.VALIDATORS["contains"]
     def outer_draft_only(node: Any, root: bool = False) -> Any:    # (we read the root's `$schema` only)
         if isinstance(node, dict):
             return {k: outer_draft_only(v) for k, v in node.items() if root or k != "$schema" or not isinstance(v, str)}
