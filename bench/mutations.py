@@ -309,7 +309,7 @@ def refusal_kind(schema: Any, text: str, accepts: Any, declared: bool = False) -
     `accepts(schema, text, any_order)` is our verdict. The first of these that holds:
     "member order": `declared` and accepted with ``any_order=True`` (declared
     order, the default, is a choice), or an object of the schema keeps declared
-    order with ``any_order=True`` too (a "declared order" note in its report); "number range": a float at or past 1e308
+    order even with ``any_order=True`` (a "declared order" note in its report); "number range": a float at or past 1e308
     or below 1e-323 (README "Numbers": none overflows or underflows); "number
     spelling": accepted with its integral numbers written as integers (`1.0` is
     not an integer's spelling, by design); "format": accepted with the
@@ -324,7 +324,7 @@ def refusal_kind(schema: Any, text: str, accepts: Any, declared: bool = False) -
     """
     if declared and accepts(schema, text, True):
         return "member order"
-    if not declared and _keeps_declared_order(schema):
+    if _keeps_declared_order(schema):
         return "member order"
     value = json.loads(text)
     if any(abs(x) >= 1e308 or 0 < abs(x) < 1e-323 for x in _floats(value)):
