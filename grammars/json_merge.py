@@ -84,9 +84,7 @@ def normalize(s: dict, draft: int, negated: bool = False) -> dict:
     beside the draft's own reading: draft 6 and 7's `contains` wants one item at least whatever
     `minContains` says, and draft 4 to 7's `items` (one schema) holds for the items `prefixItems`
     constrains too."""
-    out = lacking(s, draft) if negated else dict(s)
-    if out is s:
-        out = dict(s)
+    out = dict(lacking(s, draft) if negated else s)
     if draft <= 7 and not negated:
         if draft >= 6 and out.get("minContains") == 0:
             del out["minContains"]
