@@ -401,9 +401,8 @@ def _discriminators(s: dict, draft: int) -> dict[str, set]:
     out = {}
     props = s.get("properties", {})
     for name in s.get("required", []):
-        sub = props.get(name)
+        sub = _read(props.get(name), draft)
         if isinstance(sub, dict):
-            sub = lacking(sub, draft)
             vals = sub.get("enum", [sub["const"]] if "const" in sub else None)
             if vals is not None:
                 out[name] = {json_key(v) for v in vals}
@@ -456,7 +455,13 @@ def _objects_disjoint(a: dict, b: dict, draft: int) -> bool:
 
 
 def _read(s: Schema, draft: int) -> Schema:
-    return lacking(s, draft) if isinstance(s, dict) else s
+    """A nested subschema as `disjoint` may read it: without the keywords its draft lacks, and in
+    drafts 4 to 7 a `$ref` as anything (its siblings are ignored there; its target is not looked at)."""
+    if not isinstance(s, dict):
+        return s
+    if draft <= 7 and "$ref" in s:
+        return True
+    return lacking(s, draft)
 
 
 def whole_types(s: Schema) -> set[str]:

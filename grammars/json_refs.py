@@ -18,9 +18,10 @@ from typing import Any
 from urllib.parse import unquote, urldefrag, urljoin
 
 from grammars.errors import InvalidSchemaError, UnsupportedSchemaError
+from grammars.json_values import json_equal
 from grammars.native import checkpoint
 
-__all__ = ["load_schema", "Resolver", "draft_of"]
+__all__ = ["load_schema", "Resolver", "check_drafts", "draft_of"]
 
 Schema = Any  # dict | bool
 
@@ -53,12 +54,103 @@ def draft_of(root: Schema) -> int:
     """The draft a document declares in its `$schema`: 4 (draft-03 and draft-04), 6, 7, or 2020
     (2019-09, 2020-12, and a document that declares none). `json_merge.LACKS` lists the keywords
     each lacks; in 4, 6 and 7 the siblings of a `$ref` are ignored."""
-    uri = root.get("$schema", "") if isinstance(root, dict) else ""
-    if isinstance(uri, str):
-        for marker, draft in (("draft-03", 4), ("draft-04", 4), ("draft-06", 6), ("draft-07", 7)):
-            if marker in uri:
-                return draft
-    return 2020
+    return _declared(root) or 2020
+
+
+def _declared(s: Schema) -> int | None:
+    """The draft `s`'s own `$schema` names (as `draft_of` numbers them); None: none, or one unknown."""
+    uri = s.get("$schema") if isinstance(s, dict) else None
+    if not isinstance(uri, str):
+        return None
+    for marker, draft in _DRAFT_MARKERS:
+        if marker in uri:
+            return draft
+    return None
+
+
+_DRAFT_MARKERS = (("draft-03", 4), ("draft-04", 4), ("draft-06", 6), ("draft-07", 7), ("draft/2019-09", 2020),
+                  ("draft/2020-12", 2020))
+_DATA = frozenset(("enum", "const", "default", "examples"))
+_NAMED = frozenset(("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"))
+
+
+def check_drafts(root: Schema, draft: int) -> None:
+    """Refuse a document whose subschemas declare (`$schema`) other drafts than its own `draft` where
+    those drafts read one of its keywords differently.
+
+    A validator reads a subschema by the draft in effect where it evaluates it: the nearest
+    `$schema` on its way there, `$ref`s included (jsonschema switches at each one), so one
+    subschema may be read by either draft. This compiler reads a document by one draft. Drafts
+    that agree on every keyword the document uses give one reading; otherwise (`$ref` with other
+    keywords beside it between draft 4-7 and 2019-09+, a keyword one of them lacks, draft-04's `id`)
+    the schema is refused, naming the keyword and where it is, rather than read one way."""
+    schemas = _subschemas(root)
+    mixed: dict[int, str] = {}                        # another draft -> where it is first declared
+    for path, s in schemas[1:]:
+        declared = _declared(s)
+        if declared is not None and declared != draft:
+            mixed.setdefault(declared, path)
+    if not mixed:
+        return
+    from grammars.json_merge import ANNOTATIONS, LACKS     # (imported here: it is not needed otherwise)
+
+    drafts = {draft, *mixed}
+    lacks = [set(LACKS[d]) for d in drafts]
+    differ = set.union(*lacks) - set.intersection(*lacks)
+    other, where = next(iter(mixed.items()))
+    why = (f"the document is {_name(draft)} and its subschema at {where} declares {_name(other)}: a validator reads "
+           "a subschema by the draft in effect where it evaluates it, and these drafts read")
+    for path, s in schemas:
+        for key in s:
+            if key in differ:
+                raise UnsupportedSchemaError(key, path, f"{why} `{key}` differently")
+        if "$ref" in s and min(drafts) <= 7 and 2020 in drafts and any(k != "$ref" and k not in ANNOTATIONS for k in s):
+            raise UnsupportedSchemaError("$ref", path, f"{why} the keywords beside a `$ref` differently")
+        if 4 in drafts and any(isinstance(s.get(k), str) for k in ("id", "$id")):
+            raise UnsupportedSchemaError("id" if "id" in s else "$id", path, f"{why} a schema's URI differently "
+                                         "(`id` in draft-04, `$id` later)")
+
+
+def _name(draft: int) -> str:
+    return "2020-12 (or 2019-09)" if draft == 2020 else f"draft-{draft:02d}"
+
+
+def _subschemas(root: Schema) -> list[tuple[str, dict]]:
+    """(path, schema) for every object of the document that may be evaluated as a schema, the root
+    first, each once: the values of keywords (the entries of those that name schemas: `properties`,
+    `$defs`, ...) and of unknown keys too (a `$ref` may point anywhere), never data (`enum`, `default`, ...)."""
+    out: list[tuple[str, dict]] = []
+    seen: set[int] = set()
+    todo: list[tuple[Any, str]] = [(root, "$")]
+    while todo:
+        node, path = todo.pop()
+        if type(node) is list:
+            todo.extend((v, f"{path}[{i}]") for i, v in enumerate(node))
+            continue
+        if type(node) is not dict or id(node) in seen:
+            continue
+        seen.add(id(node))
+        out.append((path, node))
+        for key, value in node.items():
+            if key in _DATA:
+                continue
+            if key in _NAMED and type(value) is dict:
+                todo.extend((v, f"{path}.{key}.{k}") for k, v in value.items())
+            else:
+                todo.append((value, f"{path}.{key}"))
+    return out
+
+
+def _claim(table: dict, key: Any, node: Schema, path: str, what: str) -> None:
+    """Note that `node` at `path` declares `key` (a resource's URI or an anchor); a second, different
+    schema declaring it makes every `$ref` to it ambiguous (validators differ on which one they
+    take), so that is an error. The first `$anchor` or `$dynamicAnchor` of a schema keeps its key."""
+    old = table.get(key)
+    if old is None:
+        table[key] = (node, path)
+    elif old[0] is not node and not json_equal(old[0], node):
+        raise InvalidSchemaError(f"{what} is declared twice (first at {old[1]}): which one a `$ref` to it "
+                                 "means is ambiguous", path)
 
 
 class Resolver:
@@ -90,12 +182,13 @@ class Resolver:
             return
         if isinstance(node.get(self.id_key), str) and path != "$":
             base = urldefrag(urljoin(base, node[self.id_key]))[0]
-            self.resources.setdefault(base, (node, path))
+            if not node[self.id_key].startswith("#"):     # (a fragment alone is an anchor, below)
+                _claim(self.resources, base, node, path, f"the resource {base!r}")
         for key in ("$anchor", "$dynamicAnchor"):
             if isinstance(node.get(key), str):
-                self.anchors.setdefault((base, node[key]), (node, path))
+                _claim(self.anchors, (base, node[key]), node, path, f"the anchor {node[key]!r}")
         if isinstance(node.get(self.id_key), str) and node[self.id_key].startswith("#"):  # draft-04/07 anchors
-            self.anchors.setdefault((base, node[self.id_key][1:]), (node, path))
+            _claim(self.anchors, (base, node[self.id_key][1:]), node, path, f"the anchor {node[self.id_key]!r}")
         for key, value in node.items():
             if key in ("enum", "const", "examples", "default"):
                 continue  # data, not subschemas

@@ -91,7 +91,7 @@ from grammars.json_numbers import (
 )
 from grammars.json_arrays import array_node
 from grammars.json_objects import object_node
-from grammars.json_refs import Resolver, draft_of, load_schema
+from grammars.json_refs import Resolver, check_drafts, draft_of, load_schema
 from grammars.json_string_sets import difference
 from grammars.json_strings import ANY_CHAR, any_string_body, json_char, key_literal, quoted, string_literal, string_not_in
 from grammars.json_values import (
@@ -223,6 +223,7 @@ class Compiler:
         self.value = exact_value if numbers == "double" else _dec   # a schema number, as compared
         self.any_order, self.approximate = any_order, allow_approximate
         self.draft = draft_of(root)
+        check_drafts(root, self.draft)
         self.resolver = Resolver(root, "id" if self.draft == 4 else "$id")
         self.merger = Merger(self.resolver.resolve, self.draft, self.resolver.base)
         self.rules: dict[str, Node] = {}

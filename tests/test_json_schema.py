@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import random
+import re
 import warnings
 from functools import lru_cache
 
@@ -520,6 +521,82 @@ def test_keywords_of_later_drafts_are_enforced_outside_negations(schema, texts):
     later = [n for n in g.info["report"] if n.kind == "later draft"]
     assert all(n.keyword in LACKS[draft_of(schema)] for n in later)
     assert bool(later) == any(k in LACKS[draft_of(schema)] for k in schema), g.info["report"]
+
+
+@pytest.mark.parametrize("draft", [D4, D7])
+def test_an_enum_beside_a_ref_does_not_tell_oneof_branches_apart_in_drafts_before_2019(draft):
+    """In drafts 4 to 7 the keywords beside a `$ref` are ignored, so `{"enum": ["b"], "$ref": ...}`
+    says nothing about the value: the two branches below both hold for `{"t": "a"}`, which
+    `oneOf` must refuse. The disjointness check read that `enum` and let it pass (found by
+    `bench.mutations --edit-schemas --structural`, seed 18, in Github_ultra---o65421)."""
+    schema = {"$schema": draft, "type": "object", "required": ["t"],
+              "oneOf": [{"properties": {"t": {"enum": ["a"]}}},
+                        {"properties": {"t": {"enum": ["b"], "$ref": "#/definitions/any"}}}],
+              "definitions": {"any": {}}}
+    dfa = LazyDFA(json_schema_grammar(schema), max_depth=64)
+    check = validator(schema)
+    for text in ('{"t": "a"}', '{"t": "b"}', '{"t": "c"}', '{"t": 1}'):
+        assert dfa.matches(text.encode()) == check.is_valid(json.loads(text)), text
+    assert not dfa.matches(b'{"t": "a"}')
+
+
+def test_an_anchor_declared_twice_is_an_invalid_schema_error():
+    """Two different schemas with one anchor (or one `$id`): validators differ on which one a `$ref`
+    means, so the schema is refused, naming both places; two equal ones are one."""
+    twice = {"$defs": {"a": {"$anchor": "x", "type": "string"}, "b": {"$anchor": "x", "type": "integer"}},
+             "$ref": "#x"}
+    with pytest.raises(InvalidSchemaError, match=r"anchor 'x' is declared twice \(first at \$\.\$defs\.[ab]\)"):
+        json_schema_grammar(twice)
+    old = {"$schema": D4, "definitions": {"a": {"id": "#x", "type": "string"},
+                                          "b": {"properties": {"c": {"id": "#x", "minimum": 1}}}},
+           "$ref": "#x"}
+    with pytest.raises(InvalidSchemaError, match="declared twice"):
+        json_schema_grammar(old)
+    resources = {"$defs": {"a": {"$id": "http://e.com/a", "type": "string"},
+                           "b": {"$id": "http://e.com/a", "type": "null"}}, "$ref": "http://e.com/a"}
+    with pytest.raises(InvalidSchemaError, match="resource 'http://e.com/a' is declared twice"):
+        json_schema_grammar(resources)
+    same = {"$defs": {"a": {"$anchor": "x", "type": "string"}, "b": {"$anchor": "x", "type": "string"}},
+            "$ref": "#x"}
+    dfa = LazyDFA(json_schema_grammar(same), max_depth=64)
+    assert dfa.matches(b'"s"') and not dfa.matches(b"1")
+
+
+D2020 = "https://json-schema.org/draft/2020-12/schema"
+
+
+@pytest.mark.parametrize("schema, keyword", [
+    ({"properties": {"a": {"$schema": D4, "$ref": "#/$defs/s", "enum": ["x"]}}, "$defs": {"s": {"type": "string"}}},
+     "$ref"),
+    ({"$schema": D7, "properties": {"a": {"$schema": D2020, "$ref": "#/definitions/s", "maxLength": 1}},
+      "definitions": {"s": {"type": "string"}}}, "$ref"),
+    ({"properties": {"a": {"$schema": D4, "const": "x"}}}, "const"),
+    ({"$schema": D4, "definitions": {"d": {"$schema": D7, "type": "object"}}, "properties": {"a": {"if": {}}}}, "if"),
+    ({"properties": {"a": {"$schema": D7, "dependencies": {"b": ["c"]}}}}, "dependencies"),
+    ({"properties": {"a": {"$schema": D4, "id": "http://e.com/a", "type": "string"}}}, "id"),
+])
+def test_a_subschema_declaring_another_draft_is_refused_where_the_drafts_read_it_differently(schema, keyword):
+    """A validator reads a subschema by the draft in effect where it evaluates it (jsonschema
+    switches at each `$schema`, `$ref`s included), so with two drafts in one document a keyword
+    they read differently has two readings; the schema is refused, naming that keyword."""
+    with pytest.raises(UnsupportedSchemaError, match=rf"`{re.escape(keyword)}` is not supported .*declares (draft-0|2020)"):
+        json_schema_grammar(schema)
+
+
+@pytest.mark.parametrize("schema, texts", [
+    ({"properties": {"a": {"$schema": D4, "type": "string", "maxLength": 2}}}, ['{"a": "xy"}', '{"a": "xyz"}']),
+    ({"$schema": D4, "properties": {"a": {"$schema": D4, "$ref": "#/definitions/s", "enum": [1]}},
+      "definitions": {"s": {"type": "string"}}}, ['{"a": "x"}', '{"a": 1}']),
+    ({"$schema": D7, "definitions": {"p": {"$schema": D4, "type": "integer", "minimum": 1}},
+      "items": {"$ref": "#/definitions/p"}, "type": "array"}, ["[1, 2]", "[0]", '["a"]']),
+])
+def test_a_subschema_declaring_another_draft_compiles_where_the_drafts_agree(schema, texts):
+    """Drafts that read every keyword the document uses alike give it one reading: compiled, and
+    exact (jsonschema, which switches drafts at each `$schema`, is the oracle)."""
+    dfa = LazyDFA(json_schema_grammar(schema), max_depth=64)
+    check = validator(schema)
+    for text in texts:
+        assert dfa.matches(text.encode()) == check.is_valid(json.loads(text)), text
 
 
 @pytest.mark.parametrize("names", [
