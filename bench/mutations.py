@@ -386,14 +386,16 @@ def _valid_with_every_drafts_keywords(schema: Any, value: Any) -> bool | None:
     added = {k: donor.VALIDATORS[k] for k in LACKS[draft_of(schema)] if k in donor.VALIDATORS}
     if draft_of(schema) in (6, 7):       # (2020-12's `contains` reads `minContains`/`maxContains`)
         added["contains"] = donor.VALIDATORS["contains"]
-    def outer_draft_only(node: Any, root: bool = False) -> Any:    # (we read the root's `$schema` only)
+    def without_drafts(node: Any) -> Any:
+        # no `$schema` left: jsonschema switches to a draft's own class at each one, `$ref`s to the
+        # root included, which would drop the keywords added here below it
         if isinstance(node, dict):
-            return {k: outer_draft_only(v) for k, v in node.items() if root or k != "$schema" or not isinstance(v, str)}
-        return [outer_draft_only(v) for v in node] if isinstance(node, list) else node
+            return {k: without_drafts(v) for k, v in node.items() if k != "$schema" or not isinstance(v, str)}
+        return [without_drafts(v) for v in node] if isinstance(node, list) else node
 
     try:
         cls = jsonschema.validators.extend(base, added)
-        return cls(outer_draft_only(schema, True), format_checker=validator(schema).format_checker).is_valid(value)
+        return cls(without_drafts(schema), format_checker=validator(schema).format_checker).is_valid(value)
     except Exception:       # (jsonschema's errors for a schema it cannot read this way)
         return None
 

@@ -84,7 +84,9 @@ def check_drafts(root: Schema, draft: int) -> None:
     that agree on every keyword the document uses give one reading; otherwise (`$ref` with other
     keywords beside it between draft 4-7 and 2019-09+, a keyword one of them lacks, draft-04's `id`)
     the schema is refused, naming the keyword and where it is, rather than read one way."""
-    schemas = _subschemas(root)
+    if all(_declared(s) in (None, draft) for _, s in _subschemas(root, False)[1:]):
+        return                                        # (the usual case: no paths written)
+    schemas = _subschemas(root, True)
     mixed: dict[int, str] = {}                        # another draft -> where it is first declared
     for path, s in schemas[1:]:
         declared = _declared(s)
@@ -106,38 +108,41 @@ def check_drafts(root: Schema, draft: int) -> None:
                 raise UnsupportedSchemaError(key, path, f"{why} `{key}` differently")
         if "$ref" in s and min(drafts) <= 7 and 2020 in drafts and any(k != "$ref" and k not in ANNOTATIONS for k in s):
             raise UnsupportedSchemaError("$ref", path, f"{why} the keywords beside a `$ref` differently")
-        if 4 in drafts and any(isinstance(s.get(k), str) for k in ("id", "$id")):
-            raise UnsupportedSchemaError("id" if "id" in s else "$id", path, f"{why} a schema's URI differently "
-                                         "(`id` in draft-04, `$id` later)")
+        for key in ("id", "$id") if 4 in drafts else ():
+            if isinstance(s.get(key), str):
+                raise UnsupportedSchemaError(key, path, f"{why} a schema's URI differently (`id` in draft-04, `$id` later)")
 
 
 def _name(draft: int) -> str:
     return "2020-12 (or 2019-09)" if draft == 2020 else f"draft-{draft:02d}"
 
 
-def _subschemas(root: Schema) -> list[tuple[str, dict]]:
+def _subschemas(root: Schema, paths: bool) -> list[tuple[str, dict]]:
     """(path, schema) for every object of the document that may be evaluated as a schema, the root
     first, each once: the values of keywords (the entries of those that name schemas: `properties`,
-    `$defs`, ...) and of unknown keys too (a `$ref` may point anywhere), never data (`enum`, `default`, ...)."""
+    `$defs`, ...) and of unknown keys too (a `$ref` may point anywhere), never data (`enum`, `default`, ...).
+    Without `paths`, every path is "$"."""
     out: list[tuple[str, dict]] = []
     seen: set[int] = set()
     todo: list[tuple[Any, str]] = [(root, "$")]
     while todo:
         node, path = todo.pop()
         if type(node) is list:
-            todo.extend((v, f"{path}[{i}]") for i, v in enumerate(node))
+            todo.extend((v, f"{path}[{i}]" if paths else path) for i, v in enumerate(node))
             continue
         if type(node) is not dict or id(node) in seen:
             continue
         seen.add(id(node))
         out.append((path, node))
+        if not len(out) & 63:
+            checkpoint()                  # compiled: let other threads in (see `grammars.native`)
         for key, value in node.items():
             if key in _DATA:
                 continue
             if key in _NAMED and type(value) is dict:
-                todo.extend((v, f"{path}.{key}.{k}") for k, v in value.items())
-            else:
-                todo.append((value, f"{path}.{key}"))
+                todo.extend((v, f"{path}.{key}.{k}" if paths else path) for k, v in value.items())
+            elif type(value) is dict or type(value) is list:
+                todo.append((value, f"{path}.{key}" if paths else path))
     return out
 
 

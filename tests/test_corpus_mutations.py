@@ -165,3 +165,19 @@ def test_mutants_through_the_token_fsm(hf_tok, vocabulary):
     clear_cache()
     assert walked > 800, walked
     assert not bugs, bugs[:5]
+
+
+def test_a_later_drafts_keyword_below_a_ref_to_the_root_is_a_draft_keywords_refusal():
+    """jsonschema switches to a draft's own validator at each `$schema`, the root's too when a `$ref`
+    leads back to it: the check that also enforces the keywords the draft lacks must hold below such
+    a `$ref` (these refusals were named "other" in a structural run, seed 19)."""
+    schema = {"$schema": "http://json-schema.org/draft-07/schema#", "properties": {"children": {"items": {"$ref": "#"}}},
+              "dependentRequired": {"value": ["c"]}}
+
+    def accepts(sch, text, any_order):
+        return bool(_dfa(sch, any_order=any_order).matches(text.encode()))
+
+    nested = json.dumps({"children": [{"children": [{"value": "T"}]}]})
+    assert verdict(validator(schema), json.loads(nested)) and not accepts(schema, nested, True)
+    assert refusal_kind(schema, nested, accepts) == "draft keywords"
+    assert accepts(schema, json.dumps({"children": [{"children": [{"value": "T", "c": 1}]}]}), True)
