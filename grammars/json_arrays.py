@@ -188,7 +188,7 @@ def _contains_counts(s: dict) -> tuple[Any, int, int | None] | None:
 def _negation(c: "Compiler", schema: Any, path: str, base: str, why: list[str] | None = None) -> Any:
     """`json_merge.negation` of `schema`, its `$ref`s and `allOf`s merged in (`Compiler.resolving`); None if none
     (and the reason in `why`)."""
-    return negation(schema, c.resolving(path, base), why, path)
+    return negation(schema, c.resolving(path, base), why, path, c.draft)
 
 
 class _Counting:

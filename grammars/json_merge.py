@@ -204,7 +204,9 @@ def negation(s: Schema, resolve: Callable[[Schema], Schema] | None = None,
     its value valid under the property's negation"; `if`, "valid under it and not under `then`, or
     under neither it nor `else`"; `contains` (without `minContains`/`maxContains`),
     "an array whose items are all valid under its negation"; `items` (one schema), "an array with
-    an item valid under its negation"; `oneOf`, "none of its branches, or two that may overlap
+    an item valid under its negation"; `dependentRequired`, `dependentSchemas` and `dependencies`,
+    "an object with the name, and without a name it requires or invalid under its schema";
+    `oneOf`, "none of its branches, or two that may overlap
     (not provably `disjoint`)"; a bound, a value of its type beyond
     it (`minimum: 3` fails on numbers below 3, `maxLength: 5` on strings of 6 or more); a
     `pattern` or a `format`, a string that does not match it; `propertyNames: false`, an object
@@ -340,6 +342,20 @@ def _negation(s: Schema, resolve: Callable[[Schema], Schema] | None, draft: int,
             if neg is None:
                 return None
             parts.append({"type": "array", "items": neg})
+        elif key in ("dependentRequired", "dependentSchemas", "dependencies") and isinstance(value, dict):
+            # fails on an object with a name and without a name it requires, or with one and
+            # invalid under its schema
+            for name, dep in value.items():
+                if isinstance(dep, list) and key != "dependentSchemas" and all(isinstance(r, str) for r in dep):
+                    parts.extend({"type": "object", "required": [name], "properties": {r: False}} for r in dep)
+                elif isinstance(dep, (dict, bool)) and key != "dependentRequired":
+                    neg = _negation(dep, resolve, draft, inner, left, why, f"{at}.{key}.{name}")
+                    if neg is None:
+                        return None
+                    if neg is not False:
+                        parts.append({"allOf": [{"type": "object", "required": [name]}, neg]})
+                else:
+                    return _none(why, f"`{key}` at {at} has no negation here")
         elif key == "items" and isinstance(value, (dict, bool)) and "prefixItems" not in s:
             neg = _negation(value, resolve, draft, inner, left, why, f"{at}.items")  # (past prefixItems: the rest only)
             if neg is None:

@@ -34,7 +34,7 @@ always get at least `max_recursion_depth` levels.
 | `contains` `minContains` `maxContains` | exact on arrays (`json_arrays`), other types unaffected: at least `minContains` (default 1; 0: no lower bound) items valid under `contains`, any schema that compiles; `maxContains` exact when `contains` has a negation (`json_merge.negation`: types, enum/const, required, properties, not/allOf/anyOf of those), else unsupported; with `prefixItems`, `minItems` or `maxItems` a (position, count) product, unsupported past the size budget; `allOf` of two different `contains` unsupported; in draft-04/06/07 schemas, which lack some of these, see `json_merge.LACKS` |
 | `allOf` | real merge (types intersect, bounds tighten, properties merge recursively, patternProperties union unless a side has additionalProperties, required union, anyOf/oneOf distribute); unmergeable pairs unsupported |
 | `anyOf` | exact (each branch merged with the sibling keywords) |
-| `oneOf` | exact: branches provably disjoint (types, enum values, a required discriminator property with distinct const/enum, or a member one requires and the other forbids) as they are; types of which two branches take every value (no type and only object keywords) left out of both; a branch that may overlap others holds with their negations (`json_merge.negation`: types, enum/const, bounds, required, properties, items, contains, pattern, a known format, `propertyNames: false`, a nested oneOf, not/allOf/anyOf of those, through local `$ref`s; unknown keywords and formats, ignored when compiling, ignored there too; at most `ONE_OF_NEGATIONS` in all); else unsupported (`allow_approximate`: compiled as anyOf) |
+| `oneOf` | exact: branches provably disjoint (types, enum values, a required discriminator property with distinct const/enum, or a member one requires and the other forbids) as they are; types of which two branches take every value (no type and only object keywords) left out of both; a branch that may overlap others holds with their negations (`json_merge.negation`: types, enum/const, bounds, required, properties, items, contains, pattern, a known format, `propertyNames: false`, dependencies, a nested oneOf, not/allOf/anyOf of those, through local `$ref`s; unknown keywords and formats, ignored when compiling, ignored there too; at most `ONE_OF_NEGATIONS` in all); else unsupported (`allow_approximate`: compiled as anyOf) |
 | `not` | exact for types, enum/const of scalars (numbers: excluded points; strings: complement of a finite set, or with other string keywords their strings minus the set, by `json_string_sets`), a `pattern` or a known `format` (strings it does not match, with any other string keywords: `json_string_sets`, a product of automata bounded by `MAX_STATES`; an unknown format, an annotation, excludes every string), and anyOf of those; and, rewritten as `allOf`/`anyOf` (`json_merge.negation`), for `not`, `allOf`, `anyOf`, `required`, `properties`, `contains` (without min/maxContains), `propertyNames: false` (an object with a member) and bounds (`minimum` ... `maxProperties`: a value of their type past them) of such forms (`not: {required: [a]}` is "an object without a") |
 | `if` / `then` / `else` | exact when `if` has such a negation: (if and then) or (not if and else), e.g. a discriminator `{"properties": {"mode": {"const": ...}}, "required": ["mode"]}`; else unsupported |
 | `$ref` `$defs` `definitions` `$anchor` `$id` | local refs, JSON pointers with `~0 ~1`; recursion via `Ref` rules, depth `max_recursion_depth`; remote refs unsupported; 2020-12 siblings of `$ref` are merged, draft-7 siblings ignored |
@@ -317,7 +317,7 @@ class Compiler:
         """`s` with a `not` that `_typed` cannot exclude directly replaced by its negation, found with
         the subschema's `$ref`s and `allOf`s resolved (`normalize` had none without them)."""
         why: list[str] = []
-        neg = negation(s["not"], self.resolving(f"{path}.not", base), why, f"{path}.not")
+        neg = negation(s["not"], self.resolving(f"{path}.not", base), why, f"{path}.not", self.draft)
         if neg is None:
             raise UnsupportedSchemaError("not", path, "the values it rules out have no exact form here"
                                          + (f": {why[0]}" if why else ""))
@@ -500,11 +500,11 @@ class Compiler:
         negs = []
         for a, b in ((i, j), (j, i)):
             why: list[str] = []
-            neg = negation(raw[b], self.resolving(f"{path}.oneOf[{b}]", base), why, f"{path}.oneOf[{b}]")
+            neg = negation(raw[b], self.resolving(f"{path}.oneOf[{b}]", base), why, f"{path}.oneOf[{b}]", self.draft)
             if neg is None:
                 return (f"branches {i} and {j} may both match, and branch {b}'s negation has no exact form: "
                         f"{why[0]} (negated exactly: types, enum/const, bounds, required, properties, items, "
-                        "contains, pattern, format, not/allOf/anyOf/oneOf/$ref of those)")
+                        "contains, pattern, format, dependencies, not/allOf/anyOf/oneOf/$ref of those)")
             negs.append((a, neg))
         for a, neg in negs:
             excluded[a].append(neg)
