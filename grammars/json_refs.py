@@ -195,7 +195,7 @@ class Resolver:
         if isinstance(node.get(self.id_key), str) and node[self.id_key].startswith("#"):  # draft-04/07 anchors
             _claim(self.anchors, (base, node[self.id_key][1:]), node, path, f"the anchor {node[self.id_key]!r}")
         for key, value in node.items():
-            if key in ("enum", "const", "examples", "default"):
+            if key in _DATA:
                 continue  # data, not subschemas
             self._index(value, base, f"{path}.{key}")
 
