@@ -276,11 +276,12 @@ def _own_inherited_memory() -> None:
     copy-on-write from the parent (Linux; elsewhere nothing).
 
     The parent's setup leaves hundreds of MB of freed heap (tokenizers loaded, each engine's
-    per-vocabulary tables built; 411 MB with four engines). A worker's allocations reuse those
-    free chunks, and the first write to each of their pages is a page fault and a copy: measured
-    on a `Worker` that compiled a schema after each 0.3 s wait, 55-62 faults per compile for
-    ours (0 in the same loop in one process) and 0-3 for llguidance, which allocates less,
-    for ours 1.06-1.11x llguidance's TTFM at the median, against 0.98x with this done first. A
+    per-vocabulary tables built; a 411 MB heap with ours and llguidance set up). A worker's
+    allocations reuse those free chunks, and the first write to each of their pages is a page
+    fault and a copy: in forked workers that compiled a schema after each 0.3 s wait, 55-62
+    faults per compile for ours (1 in the same loop in one process) and 0-3 for llguidance,
+    which allocates less; ours 1.06-1.11x llguidance's TTFM at the median there, against 0.98x
+    with this done first (the four-engine run's ratio did not move: bench/README). A
     server process that loaded everything itself pays no such faults, and every engine's worker
     gets the same treatment. It costs each worker's start ~0.3 s and the heap's size in memory.
     """
