@@ -164,6 +164,13 @@ class Worker:
         child.close()
         self._conn = parent
         self.started += 1
+        # an item's time limit starts once the worker is set up (its inherited memory copied:
+        # a second or more under a large parent); one that dies meanwhile fails its first item
+        if parent.poll(_SETUP_LIMIT_S):
+            try:
+                parent.recv()
+            except (EOFError, OSError):
+                pass
 
     def _failed(self, messages: list[dict], t0: float) -> Outcome:
         """The worker died inside an item: say how (exit code, stderr)."""
@@ -199,6 +206,7 @@ def _serve(conn: Any, setup: Callable[[], None], handle: Callable[..., bool | No
     _own_inherited_memory()
     _limit_memory(mem_limit)
     setup()
+    conn.send({"event": "ready"})
     while True:
         item = conn.recv()
         if item is None:
@@ -265,6 +273,7 @@ def _child(writer: Any, target: Callable[..., None], args: tuple, mem_limit: int
         writer.close()
 
 
+_SETUP_LIMIT_S = 300.0                    # a worker's setup, before its first item's time limit starts
 # madvise(2) advice (Linux 5.14+): fault in every page of a range now, writable (copying it if shared).
 _MADV_POPULATE_WRITE = 23
 _OWN_AT_MOST = 64 << 20
