@@ -138,9 +138,8 @@ class JitDFA(LazyDFA):
         return arrays
 
     def _alloc(self) -> None:
-        # sized for a typical schema's first masks (over the dev corpus after the first mask: 8 DFA
-        # states at the median, 14 at p90, 82 at most); larger tables (256 states, 2048 ints) cost
-        # every compile their writes: 1-2% of its time after an idle wait, more than the rare growth
+        # dev corpus after the first mask: 8 DFA states at the median, 14 at p90, 84 at most; tables for
+        # 256 states cost every compile 1-2% after an idle wait, more than the growth (bench/README)
         states, ints, slots, stacks = 32, 512, 128, 64
         self._table = _filled((states, self.num_classes), UNEXPANDED, np.int32)
         self._accepting = np.zeros(states, dtype=np.bool_)
