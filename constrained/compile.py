@@ -130,9 +130,11 @@ def compile_json_schema(schema: Any, vocab: "Vocabulary", *, max_states: int = M
         **options: passed to `json_schema_grammar` (e.g. whitespace policy).
 
     Keywords ignored (unknown, vendor `x-`) or not enforced (`allow_approximate`)
-    are listed in the result's `report` (`SchemaNote`s) and warned once per compile;
-    a `format` the engine does not know is an annotation (not checked, as the
-    spec allows), listed in the report and not warned.
+    are listed in the result's `report` (`SchemaNote`s). Those that may change
+    which documents are valid are warned once per compile (`SchemaNote.warns`:
+    a likely typo of an asserting keyword, such as `maxLenght`, or a keyword not
+    enforced); vendor keywords, other unknown ones and a `format` the engine
+    does not know (an annotation, not checked, as the spec allows) are not.
 
     Raises:
         InvalidSchemaError, UnsupportedSchemaError: bad or unsupported schema.
@@ -152,7 +154,7 @@ def compile_json_schema(schema: Any, vocab: "Vocabulary", *, max_states: int = M
 
     fsm = _cached(key, build)
     for note in fsm.report if built else ():    # once per compile, at the caller's line
-        if note.kind != "annotation":           # in the report only: the spec's own behaviour
+        if note.warns:                          # the others change no document's validity
             warnings.warn(note, stacklevel=2)
     return fsm
 

@@ -136,9 +136,10 @@ class EmptyConstraintError(ConstraintError):
 class SchemaNote(UserWarning):
     """One entry of a schema's compile report: a keyword that was ignored or not enforced.
 
-    `compile_json_schema` returns them as `TokenFSM.report` and warns each once
-    (category `SchemaNote`, so ``warnings.simplefilter("ignore", SchemaNote)``
-    silences them); the CLI prints them once, one line each.
+    `compile_json_schema` returns them all as `TokenFSM.report`, and warns once
+    per compile those that may change which documents are valid (`warns`;
+    category `SchemaNote`, so ``warnings.simplefilter("ignore", SchemaNote)``
+    silences them); the CLI prints them all, one line each.
 
     Attributes:
         keyword: the keyword (`maxLenght`, `x-kubernetes-group`, `oneOf`, ...).
@@ -153,6 +154,13 @@ class SchemaNote(UserWarning):
             passes is valid under both readings; ignored where enforcing it is
             not exact).
         suggestion: for an unknown keyword, the known one it is likely a typo of.
+        warns: whether `compile_json_schema` warns it. Every kind does but three,
+            which change no document's validity: "annotation", "vendor" (the
+            spec allows extension keywords), and "unknown" unless it is likely
+            a typo of a keyword that asserts something (`maxLenght`, `_format`;
+            not `descrption` or `readonly`, typos of annotations). An unknown
+            keyword with no likely typo (`propertyOrder`, `javaType`) is
+            ignored by every validator, as the spec has it: reported only.
 
     Example:
         >>> str(SchemaNote("maxLenght", "$.name", "unknown", suggestion="maxLength"))
@@ -173,4 +181,13 @@ class SchemaNote(UserWarning):
             what = "vendor keyword" if kind == "vendor" else "unknown keyword"
             hint = f" (did you mean `{suggestion}`?)" if suggestion else " (treated as an annotation)"
             text = f"{what} `{keyword}` at {path} is ignored{hint}"
+        self.warns = kind not in ("annotation", "vendor") and (
+            kind != "unknown" or suggestion is not None and suggestion not in ANNOTATION_KEYWORDS)
         super().__init__(text)
+
+
+# Keywords that only annotate: a typo of one changes no document's validity, so it is not
+# warned (`SchemaNote.warns`). Those that name schemas or URIs (`$defs`, `$id`) are not here.
+ANNOTATION_KEYWORDS = frozenset({"title", "description", "default", "examples", "$comment", "readOnly",
+                                 "writeOnly", "deprecated", "contentMediaType", "contentEncoding",
+                                 "contentSchema", "$schema"})

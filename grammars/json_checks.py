@@ -205,7 +205,7 @@ def _edits(a: str, b: str, limit: int) -> int:
 def _note(notes: list[SchemaNote] | None, note: SchemaNote) -> None:
     if notes is not None:
         notes.append(note)
-    else:
+    elif note.warns:
         warnings.warn(note, stacklevel=4)
 
 

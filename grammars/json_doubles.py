@@ -69,20 +69,25 @@ _PLAIN_MAX_EXP = 15      # plain floats (with a fraction) stay below 1e16, as Py
 _ZERO_FLOAT = seq(literal(b"0."), repeat(ZERO, 1, SIG_DIGITS))
 
 
-def _double_at_least(b: Fraction, strict: bool) -> float:
-    """The least double >= b (> b when `strict`); inf when there is none."""
-    try:
-        d = float(b)
-    except OverflowError:
-        d = math.copysign(math.inf, b)
-    while math.isfinite(d) and (Fraction(d) < b or (strict and Fraction(d) == b)):
+def _double_at_least(b: Decimal, strict: bool) -> float:
+    """The least double >= b (> b when `strict`); inf when there is none.
+
+    Compared as `Decimal`s, which hold every double exactly and compare exactly
+    (a `Fraction` is pure Python: this was most of a bounded number's compile).
+    """
+    d = float(b)                                 # correctly rounded; +-inf past the doubles
+    while math.isfinite(d) and (Decimal(d) < b or (strict and Decimal(d) == b)):
         d = math.nextafter(d, math.inf)
     while True:
         p = math.nextafter(d, -math.inf)
-        if math.isfinite(p) and (Fraction(p) > b or (not strict and Fraction(p) == b)):
+        if math.isfinite(p) and (Decimal(p) > b or (not strict and Decimal(p) == b)):
             d = p
         else:
             return d
+
+
+def _exact(x: int | Decimal) -> Decimal:
+    return x if isinstance(x, Decimal) else Decimal(x)
 
 
 def float_interval(iv: Interval) -> Interval | None:
@@ -94,12 +99,12 @@ def float_interval(iv: Interval) -> Interval | None:
     """
     lo = hi = None
     if iv.lo is not None:
-        d = _double_at_least(Fraction(iv.lo), iv.lo_strict)
+        d = _double_at_least(_exact(iv.lo), iv.lo_strict)
         if d == math.inf:
             return None
         lo = Decimal(repr(d)) if d != -math.inf else None
     if iv.hi is not None:
-        d = -_double_at_least(-Fraction(iv.hi), iv.hi_strict)
+        d = -_double_at_least(_exact(iv.hi).copy_negate(), iv.hi_strict)    # (`-x` would round)
         if d == -math.inf:
             return None
         hi = Decimal(repr(d)) if d != math.inf else None
@@ -246,12 +251,13 @@ def _floats(iv: Interval) -> Node:
 def int_bounds(iv: Interval) -> tuple[int | None, int | None]:
     """The least and greatest integers in iv (None: unbounded); exact for any exponent."""
     lo = hi = None
+    # (the exact ratio, not a `Fraction`: that is pure Python, a tenth of a small schema's compile)
     if iv.lo is not None:
-        f = Fraction(iv.lo)
-        lo = math.floor(f) + 1 if iv.lo_strict or f.denominator != 1 else int(f)
+        n, d = iv.lo.as_integer_ratio()          # d > 0
+        lo = n // d + 1 if iv.lo_strict or d != 1 else n
     if iv.hi is not None:
-        f = Fraction(iv.hi)
-        hi = math.ceil(f) - 1 if iv.hi_strict or f.denominator != 1 else int(f)
+        n, d = iv.hi.as_integer_ratio()
+        hi = -(-n // d) - 1 if iv.hi_strict or d != 1 else n
     return lo, hi
 
 

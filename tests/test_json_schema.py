@@ -754,6 +754,29 @@ def test_compile_warns_each_note_once_and_keeps_the_report(vocabulary):
         assert compile_json_schema(schema, gpt2_vocab) is fsm                # a cache hit warns nothing
 
 
+def test_compile_warns_only_the_notes_that_may_change_validity(vocabulary):
+    """Vendor keywords, unknown ones with no likely typo and typos of annotations change no
+    document's validity: in the report, not warned. A typo of an asserting keyword is warned."""
+    from constrained.compile import clear_cache, compile_json_schema
+    from grammars.errors import SchemaNote
+
+    clear_cache()
+    quiet = {"type": "string", "x-kubernetes-group": "g", "propertyOrder": 1, "descrption": "d", "readonly": True}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fsm = compile_json_schema(quiet, vocabulary("gpt-2"))
+    notes = {n.keyword: n for n in fsm.report}
+    assert sorted(notes) == ["descrption", "propertyOrder", "readonly", "x-kubernetes-group"]
+    assert (notes["descrption"].suggestion, notes["readonly"].suggestion) == ("description", "readOnly")
+    assert not any(n.warns for n in fsm.report)
+    loud = {"type": "string", "_format": "date", "x-a": 1}
+    with pytest.warns(SchemaNote) as caught:
+        fsm = compile_json_schema(loud, vocabulary("gpt-2"))
+    assert [str(w.message) for w in caught] == [
+        "unknown keyword `_format` at $ is ignored (did you mean `format`?)"]
+    assert [n.keyword for n in fsm.report] == ["_format", "x-a"]
+
+
 def test_pattern_properties_beside_additional_properties_split_the_names():
     from grammars.json_schema import json_schema_grammar
 

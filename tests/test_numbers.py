@@ -211,6 +211,24 @@ def test_large_lower_bounds_with_a_multiple_of_compile_exactly(schema):
             assert check.is_valid(value) is ok
 
 
+@pytest.mark.parametrize("schema", [
+    {"type": "number", "minimum": Decimal("1e400")},
+    {"type": "number", "exclusiveMaximum": Decimal("-1e400")},
+    {"type": "number", "maximum": Decimal("1e400"), "minimum": Decimal("-1.7976931348623159e308")},
+])
+def test_decimal_bounds_past_the_doubles_compile(schema):
+    """A bound given as a Decimal beyond every double: no double lies past it, integers may
+    (an `OverflowError` before, from the float search). Instances judged by jsonschema."""
+    check = jsonschema.Draft202012Validator(schema)
+    for numbers in ("double", "exact"):
+        dfa = _compiled(schema, numbers)
+        for text in ("0", "-1", "1.5", "1e300", "-1e300", "1" + "0" * 401, "-1" + "0" * 401, "1e401"):
+            value = json.loads(text, parse_float=Decimal)
+            if numbers == "double" and not isinstance(value, int) and not math.isfinite(float(value)):
+                continue                    # ("double": a float past the doubles is never written)
+            assert dfa.matches(text.encode()) is check.is_valid(value), (schema, numbers, text)
+
+
 def test_integer_subschemas_share_one_tree_and_each_keeps_its_bounds():
     """Integer ranges are memoized across schemas (`json_numbers.int_range`): two
     properties with the same range get one tree, another range its own, and each still holds
