@@ -125,8 +125,8 @@ class JitDFA(LazyDFA):
         # return states are canonicalized as in LazyDFA (see `NFA.forward`); loop exits are kept
         call_ret = a.call_dst
         if len(call_ret):
-            fwd = self._k.forward(a.call_dst, a.eps_ptr, a.eps_dst, a.edge_ptr, a.call_ptr, nfa.is_end)
-            call_ret = np.where(a.call_op <= FREE, fwd, a.call_dst)
+            call_ret = self._k.call_returns(a.call_dst, a.call_op, FREE, a.eps_ptr, a.eps_dst, a.edge_ptr, a.call_ptr,
+                                            nfa.is_end)
         params = np.array([self._n, self.max_depth, self.max_states, self.num_classes], dtype=np.int64)
         arrays = (
             np.asarray(nfa.need, dtype=np.int64), a.eps_ptr, a.eps_dst, a.call_ptr, a.call_to,

@@ -48,7 +48,7 @@ def load_kernels() -> Any:
                                                   for name in module.__all__})
                     _kernels.compute_need = need_kernel.compute_need_native
                     _kernels.byte_classes = need_kernel.byte_classes_native
-                    _kernels.forward = need_kernel.forward_native
+                    _kernels.call_returns = need_kernel.call_returns_native
                 except ImportError:
                     pass
             _loaded = True                              # before the warm-up, which builds a JitDFA

@@ -5,8 +5,9 @@
   edge columns itself;
 - `csr_from_columns`: the columns grouped per state (`NFA._csr`), and
   `finish_from_columns`, both of them and the rule ends' flags in one call;
-- `byte_classes_native` and `forward_native`: the byte classes with their
-  mask table, and canonical return states, for `constrained.dfa_jit.JitDFA`.
+- `byte_classes_native` and `forward_native` (`call_returns_native` for every
+  call edge at once): the byte classes with their mask table, and canonical
+  return states, for `constrained.dfa_jit.JitDFA`.
 
 `constrained.dfa_loader.load_kernels` installs them as `grammars.nfa.NFA`'s
 `need_kernel`, `need_columns_kernel`, `csr_kernel` and `finish_kernel` (and in the JitDFA's
@@ -24,7 +25,7 @@ import numpy as np
 from numba import njit
 
 __all__ = ["compute_need_native", "need_from_columns", "csr_from_columns", "finish_from_columns", "byte_classes_native",
-           "forward_native"]
+           "forward_native", "call_returns_native"]
 
 INF = 1 << 30
 
@@ -410,11 +411,24 @@ def byte_classes_native(mask_bytes):  # pragma: no cover - compiled
 def forward_native(states, eps_ptr, eps_dst, edge_ptr, call_ptr, is_end):  # pragma: no cover - compiled
     """`grammars.nfa.NFA.forward` of each of `states`: follow pure epsilon hops (one
     epsilon edge, nothing else, not a rule's end) until one would revisit a state."""
+    return call_returns_native(states, np.zeros(len(states), np.int64), 0, eps_ptr, eps_dst, edge_ptr, call_ptr,
+                               is_end)
+
+
+@njit(cache=True, nogil=True)
+def call_returns_native(call_dst, call_op, forwarded, eps_ptr, eps_dst, edge_ptr, call_ptr,
+                        is_end):  # pragma: no cover - compiled
+    """The return state of each call edge as the DFA keeps it: `forward_native` of its
+    `call_dst` where its `call_op` is at most `forwarded` (rule calls), else `call_dst` (loop
+    exits). One call for what took a kernel call and two numpy operations."""
     n = len(is_end)
     stamp = np.full(n, -1, np.int64)
-    out = np.empty(len(states), np.int64)
-    for j in range(len(states)):
-        s = states[j]
+    out = np.empty(len(call_dst), np.int64)
+    for j in range(len(call_dst)):
+        s = call_dst[j]
+        if call_op[j] > forwarded:
+            out[j] = s
+            continue
         stamp[s] = j
         while (eps_ptr[s + 1] - eps_ptr[s] == 1 and edge_ptr[s + 1] == edge_ptr[s] and call_ptr[s + 1] == call_ptr[s]
                and not is_end[s]):

@@ -21,7 +21,7 @@ from grammars.ast import Grammar, Ref, alt, byteset, literal, repeat, seq
 from grammars.dfa import LazyDFA
 from grammars.errors import ConstraintError, StateBudgetError
 from grammars.json_schema import json_schema_grammar
-from grammars.nfa import NFA
+from grammars.nfa import FREE, NFA
 from grammars.regex import regex_grammar
 from tests.test_dfa import _random_node, check_random_grammar, live_states, reference_match
 
@@ -326,6 +326,11 @@ def test_vectorized_forward_equals_forward(path: Path) -> None:
         got = need_kernel.forward_native(np.arange(nfa.num_states, dtype=np.int64), a.eps_ptr, a.eps_dst, a.edge_ptr,
                                          a.call_ptr, np.asarray(nfa.is_end, dtype=np.bool_))
         assert got.tolist() == want
+        # per call edge: a rule call returns to its canonical state, a loop exit where it says
+        rets = need_kernel.call_returns_native(a.call_dst, a.call_op, FREE, a.eps_ptr, a.eps_dst, a.edge_ptr,
+                                               a.call_ptr, np.asarray(nfa.is_end, dtype=np.bool_))
+        assert rets.tolist() == [want[d] if op <= FREE else d for d, op in zip(a.call_dst.tolist(),
+                                                                                a.call_op.tolist())]
 
 
 def _live_nodes() -> int:
