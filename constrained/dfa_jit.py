@@ -95,15 +95,23 @@ class JitDFA(LazyDFA):
     # -- arrays ---------------------------------------------------------------
 
     def _init_classes(self, masks: set[int]) -> None:
-        """`LazyDFA._init_classes` in one kernel, which also gives the mask x class table."""
-        self._set_classes(*self._classes_of(self.nfa.arrays.masks))   # `masks` in the order of the NFA's mask ids
+        """`LazyDFA._init_classes` in one kernel, which also gives the mask x class table and, where
+        the NFA has call edges, their return states for `_nfa_arrays` (one kernel call less: each
+        costs 15-40 us after other work, whatever it computes)."""
+        nfa = self.nfa
+        a = nfa.arrays
+        if not len(a.call_dst):
+            self._set_classes(*self._classes_of(a.masks))   # `masks` in the order of the NFA's mask ids
+            return
+        classes, rep, self._mask_cls, self._call_ret = self._k.classes_and_returns(
+            _raw_masks(a.masks), a.call_dst, a.call_op, FREE, a.eps_ptr, a.eps_dst, a.edge_ptr, a.call_ptr, nfa.is_end)
+        self._mask_order = a.masks
+        self._set_classes(classes, rep)
 
     def _classes_of(self, masks: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
         """The byte classes of the NFA's `masks` (class per byte, least byte per class); keeps the
         mask x class table of the kernels."""
-        known = _MASK_BYTES.get
-        raw = np.frombuffer(b"".join([known(m) or _mask_bytes(m) for m in masks]), np.uint8).reshape(len(masks), 32)
-        classes, rep, self._mask_cls = self._k.byte_classes(raw)
+        classes, rep, self._mask_cls = self._k.byte_classes(_raw_masks(masks))
         self._mask_order = masks
         return classes, rep
 
@@ -123,10 +131,12 @@ class JitDFA(LazyDFA):
         if not nfa.unbuilt:
             del self._mask_cls
         # return states are canonicalized as in LazyDFA (see `NFA.forward`); loop exits are kept
-        call_ret = a.call_dst
-        if len(call_ret):
-            call_ret = self._k.call_returns(a.call_dst, a.call_op, FREE, a.eps_ptr, a.eps_dst, a.edge_ptr, a.call_ptr,
-                                            nfa.is_end)
+        call_ret = self.__dict__.pop("_call_ret", None)      # `_init_classes` gave them, for this NFA
+        if call_ret is None:
+            call_ret = a.call_dst
+            if len(call_ret):
+                call_ret = self._k.call_returns(a.call_dst, a.call_op, FREE, a.eps_ptr, a.eps_dst, a.edge_ptr,
+                                                a.call_ptr, nfa.is_end)
         params = np.array([self._n, self.max_depth, self.max_states, self.num_classes], dtype=np.int64)
         arrays = (
             np.asarray(nfa.need, dtype=np.int64), a.eps_ptr, a.eps_dst, a.call_ptr, a.call_to,
@@ -490,6 +500,12 @@ def _mask_bytes(mask: int) -> bytes:
         _MASK_BYTES.clear()
     out = _MASK_BYTES[mask] = mask.to_bytes(32, "little")
     return out
+
+
+def _raw_masks(masks: tuple[int, ...]) -> np.ndarray:
+    """The byte masks as the kernels read them: uint8[len(masks), 32], little-endian."""
+    known = _MASK_BYTES.get
+    return np.frombuffer(b"".join([known(m) or _mask_bytes(m) for m in masks]), np.uint8).reshape(len(masks), 32)
 
 
 def _filled(shape: int | tuple[int, int], fill: Any, dtype: Any) -> np.ndarray:

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from grammars.nfa import NFA
+from grammars.nfa import FREE, NFA
 
 __all__ = ["load_kernels"]
 
@@ -49,6 +49,7 @@ def load_kernels() -> Any:
                     _kernels.compute_need = need_kernel.compute_need_native
                     _kernels.byte_classes = need_kernel.byte_classes_native
                     _kernels.call_returns = need_kernel.call_returns_native
+                    _kernels.classes_and_returns = need_kernel.classes_and_returns_native
                 except ImportError:
                     pass
             _loaded = True                              # before the warm-up, which builds a JitDFA
@@ -76,6 +77,9 @@ def _warm_up() -> None:
     # nested parentheses: enough states, stacks and interned sets to grow every table once
     dfa = JitDFA(Grammar({"start": seq(literal(b"("), optional(Ref("start")), literal(b")"))}), max_depth=48)
     dfa.explore()
+    JitDFA(Grammar({"start": literal(b"x")}))       # no call edges: `byte_classes` alone
+    a = dfa.nfa.arrays                              # a lazy rule's new edges: `call_returns` alone
+    _kernels.call_returns(a.call_dst, a.call_op, FREE, a.eps_ptr, a.eps_dst, a.edge_ptr, a.call_ptr, dfa.nfa.is_end)
     for status in (_kernels.GROW_CFG_HT, _kernels.GROW_STACK_HT):
         dfa._grow(status)                           # loads `rehash`
     inner = dfa.walk(dfa.initial, b"(")

@@ -6,8 +6,9 @@
 - `csr_from_columns`: the columns grouped per state (`NFA._csr`), and
   `finish_from_columns`, both of them and the rule ends' flags in one call;
 - `byte_classes_native` and `forward_native` (`call_returns_native` for every
-  call edge at once): the byte classes with their mask table, and canonical
-  return states, for `constrained.dfa_jit.JitDFA`.
+  call edge at once, `classes_and_returns_native` both in one call): the byte
+  classes with their mask table, and canonical return states, for
+  `constrained.dfa_jit.JitDFA`.
 
 `constrained.dfa_loader.load_kernels` installs them as `grammars.nfa.NFA`'s
 `need_kernel`, `need_columns_kernel`, `csr_kernel` and `finish_kernel` (and in the JitDFA's
@@ -25,7 +26,7 @@ import numpy as np
 from numba import njit
 
 __all__ = ["compute_need_native", "need_from_columns", "csr_from_columns", "finish_from_columns", "byte_classes_native",
-           "forward_native", "call_returns_native"]
+           "forward_native", "call_returns_native", "classes_and_returns_native"]
 
 INF = 1 << 30
 
@@ -439,3 +440,12 @@ def call_returns_native(call_dst, call_op, forwarded, eps_ptr, eps_dst, edge_ptr
             s = t
         out[j] = s
     return out
+
+
+@njit(cache=True, nogil=True)
+def classes_and_returns_native(mask_bytes, call_dst, call_op, forwarded, eps_ptr, eps_dst, edge_ptr, call_ptr,
+                               is_end):  # pragma: no cover - compiled
+    """`byte_classes_native` and `call_returns_native` in one call, as a new DFA needs both."""
+    classes, rep, mask_cls = byte_classes_native(mask_bytes)
+    return classes, rep, mask_cls, call_returns_native(call_dst, call_op, forwarded, eps_ptr, eps_dst, edge_ptr,
+                                                       call_ptr, is_end)

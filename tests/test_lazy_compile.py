@@ -331,6 +331,12 @@ def test_vectorized_forward_equals_forward(path: Path) -> None:
                                                a.call_ptr, np.asarray(nfa.is_end, dtype=np.bool_))
         assert rets.tolist() == [want[d] if op <= FREE else d for d, op in zip(a.call_dst.tolist(),
                                                                                 a.call_op.tolist())]
+        # ... and with the byte classes, in one call, as a new DFA takes them
+        raw = np.frombuffer(b"".join(m.to_bytes(32, "little") for m in a.masks), np.uint8).reshape(len(a.masks), 32)
+        both = need_kernel.classes_and_returns_native(raw, a.call_dst, a.call_op, FREE, a.eps_ptr, a.eps_dst,
+                                                      a.edge_ptr, a.call_ptr, np.asarray(nfa.is_end, dtype=np.bool_))
+        alone = need_kernel.byte_classes_native(raw)
+        assert all(np.array_equal(x, y) for x, y in zip(both, (*alone, rets)))
 
 
 def _live_nodes() -> int:
