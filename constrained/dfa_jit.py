@@ -427,13 +427,16 @@ class JitDFA(LazyDFA):
     # -- the trie walk ----------------------------------------------------------
 
     def walk_tokens(self, trie, nodes: np.ndarray, states: np.ndarray,
-                    emit_first: int) -> tuple[np.ndarray, np.ndarray]:
+                    emit_first: int, words: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Tokens readable from (trie node, DFA state) pairs, and their next states.
 
         `emit_first` as in `dfa_kernels.walk_native`: 0, the walk starts below
         the nodes; 1, the nodes' own tokens count too; 2, likewise, with each
         state taken *before* its node's byte. Rows are computed in place.
+        `words` (uint32, one bit per token id), when given, gets the tokens' bits set.
         """
+        if words is None:
+            words = _NO_WORDS
         nodes = np.ascontiguousarray(nodes, dtype=np.int32)
         states = np.ascontiguousarray(states, dtype=np.int32)
         out_ids, out_next, pend_nodes, pend_states, stack_n, stack_s = _scratch(trie, len(nodes))
@@ -443,7 +446,7 @@ class JitDFA(LazyDFA):
             n_out, n_pend, status = self._k.walk_native(
                 nodes, states, int(emit_first), trie.n_roots, trie.byte, trie.child_lo, trie.child_hi,
                 trie.term_lo, trie.term_hi, trie.term_ids, self.byte_class, self._N, self._S, self._W,
-                out_ids, out_next, pend_nodes, pend_states, stack_n, stack_s)
+                out_ids, out_next, pend_nodes, pend_states, stack_n, stack_s, words)
             if not n_pend:
                 break
             self._grow(int(status))
@@ -458,6 +461,7 @@ class JitDFA(LazyDFA):
 
 
 _local = threading.local()
+_NO_WORDS = np.zeros(0, np.uint32)         # `walk_tokens` without a packed mask
 
 
 class ProductDFA(JitDFA):

@@ -414,7 +414,7 @@ class TokenFSM:
         walk_args = (dfa.byte_class, lambda: dfa.table, dfa.expand)
         trie = self.index.trie
         if lead:
-            ids, nxt = self._walk_lead(state, native)
+            ids, nxt, lead_bits = self._walk_lead(state, native)
         elif view is None:
             ids, nxt = trie.walk(state, *walk_args, native=native)
         else:
@@ -432,8 +432,11 @@ class TokenFSM:
                 dfa.expand(np.unique(before))
                 starts = trie.step(before, nodes, *walk_args)
                 ids, nxt = trie.walk_from(nodes, starts, *walk_args)
-        base = view.bitmask() if view is not None else None
-        bitmask = ids_bitmask(ids, self.index.n_words, base)
+        if lead:
+            bitmask = lead_bits.view(np.int32)
+        else:
+            base = view.bitmask() if view is not None else None
+            bitmask = ids_bitmask(ids, self.index.n_words, base)
         if accepting:
             bitmask |= self.index.eos_bitmask
         return StateMasks(ids, nxt, view, accepting, bitmask, sorted=False)
@@ -567,19 +570,27 @@ class TokenFSM:
             ids, nxt = ids[order], nxt[order]
         return ids, nxt
 
-    def _walk_lead(self, state: int, native) -> tuple[np.ndarray, np.ndarray]:
-        """`trie.walk` of the document's start, its leading whitespace taken the short way (`lead_gap`)."""
+    def _walk_lead(self, state: int, native) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`trie.walk` of the document's start, its leading whitespace taken the short way (`lead_gap`),
+        with the packed mask of its tokens (uint32; the walk's kernel sets their bits as it goes)."""
         nodes, gap_tokens = self._lead
-        ids, nxt = native(self.index.trie, nodes, np.full(len(nodes), state, dtype=np.int32), 2)
+        words = np.zeros(self.index.n_words, np.uint32)
+        starts = np.empty(len(nodes), np.int32)
+        starts.fill(state)
+        ids, nxt = native(self.index.trie, nodes, starts, 2, words)
         if gap_tokens:                            # tokens of whitespace only: " ", "\n" (llama-3)
             all_ids, all_next = [ids], [nxt]
             for tok_ids, gap in gap_tokens:
                 after = self.dfa.walk(state, gap)
                 if after >= 0:
                     all_ids.append(tok_ids)
-                    all_next.append(np.full(len(tok_ids), after, dtype=np.int32))
+                    after_ids = np.empty(len(tok_ids), np.int32)
+                    after_ids.fill(after)
+                    all_next.append(after_ids)
+                    for i in tok_ids.tolist():    # a few ids: two for llama-3
+                        words[i >> 5] |= 1 << (i & 31)
             ids, nxt = np.concatenate(all_ids), np.concatenate(all_next)
-        return ids, nxt
+        return ids, nxt, words
 
     def _find_view(self, state: int) -> SliceView | None:
         """The first slice `state` follows regularly (UTF-8 slices, then its ASCII byte set)."""

@@ -21,6 +21,7 @@ its rows computed in place.
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 from constrained import fsm_jit
@@ -41,7 +42,8 @@ _OK_LEVEL, _CLOSED_LEVEL, _SUCC, _STAGE, _EXCL = fsm_jit.OK, fsm_jit.CLOSED, fsm
 
 @njit(cache=True, nogil=True, _nrt=False)
 def walk_native(nodes, states, emit_first, n_roots, byte, child_lo, child_hi, term_lo, term_hi, term_ids,
-                byte_class, N, S, W, out_ids, out_next, pend_nodes, pend_states, stack_n, stack_s):  # pragma: no cover
+                byte_class, N, S, W, out_ids, out_next, pend_nodes, pend_states, stack_n, stack_s,
+                words):  # pragma: no cover
     """The trie walk of a state's first mask, computing missing DFA rows in place.
 
     Depth first from (node, state) pairs; node -1 is the virtual root (its
@@ -55,8 +57,11 @@ def walk_native(nodes, states, emit_first, n_roots, byte, child_lo, child_hi, te
     handed back in `pend_*`, or, in mode 2 before anything was emitted, the
     whole call is to be redone (pairs pending -1). `stack_*` are scratch
     (n_nodes + len(nodes) + 1 each). Returns (tokens written, pairs pending, status).
+    Unless `words` is empty, each token written also sets its bit there (uint32, bit
+    `i % 32` of word `i // 32`): the packed mask, without another kernel call.
     """
     table = S[0]
+    set_bits = len(words) > 0
     sp = 0
     n_out = 0
     n_pend = 0
@@ -82,6 +87,8 @@ def walk_native(nodes, states, emit_first, n_roots, byte, child_lo, child_hi, te
                 out_ids[n_out] = term_ids[k]
                 out_next[n_out] = s
                 n_out += 1
+                if set_bits:
+                    words[term_ids[k] >> 5] |= np.uint32(1) << np.uint32(term_ids[k] & 31)
         stack_n[sp] = node
         stack_s[sp] = s
         sp += 1
@@ -110,6 +117,8 @@ def walk_native(nodes, states, emit_first, n_roots, byte, child_lo, child_hi, te
                     out_ids[n_out] = term_ids[k]
                     out_next[n_out] = t
                     n_out += 1
+                    if set_bits:
+                        words[term_ids[k] >> 5] |= np.uint32(1) << np.uint32(term_ids[k] & 31)
                 stack_n[sp] = c
                 stack_s[sp] = t
                 sp += 1

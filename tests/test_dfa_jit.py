@@ -189,7 +189,9 @@ def test_wide_states_and_scratch_growth():
 
 
 def test_walk_tokens_steps_from_states_before_the_nodes(vocabulary):
-    """Mode 2 (states before each start node's byte) equals stepping first, then mode 1."""
+    """Mode 2 (states before each start node's byte) equals stepping first, then mode 1; the
+    packed mask the kernel sets as it goes is that of the tokens it gives."""
+    from constrained.slices import ids_bitmask
     from constrained.vocab_index import VocabIndex
 
     trie = VocabIndex.for_vocab(vocabulary("gpt-2")).trie
@@ -200,7 +202,10 @@ def test_walk_tokens_steps_from_states_before_the_nodes(vocabulary):
             continue
         nodes = np.arange(0, trie.n_nodes, 97, dtype=np.int32)
         before = np.full(len(nodes), q, dtype=np.int32)
-        ids, nxt = fresh.walk_tokens(trie, nodes, before, 2)       # rows computed as met
+        n_words = (int(trie.term_ids.max()) >> 5) + 1
+        words = np.zeros(n_words, np.uint32)
+        ids, nxt = fresh.walk_tokens(trie, nodes, before, 2, words)   # rows computed as met
+        assert len(ids) and np.array_equal(words.view(np.int32), ids_bitmask(ids, n_words))   # their packed mask
         q2 = stepped.walk(stepped.initial, b'{"')
         after = np.array([stepped.next_state(q2, int(b)) for b in trie.byte[nodes]], dtype=np.int32)
         want_ids, want_next = stepped.walk_tokens(trie, nodes, after, 1)
