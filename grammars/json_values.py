@@ -111,10 +111,12 @@ class WhitespacePolicy:
     def named(cls, name: "str | WhitespacePolicy") -> "WhitespacePolicy":
         if isinstance(name, WhitespacePolicy):
             return name
+        # one object per name: each compile looks its policy up (`Whitespace.of`, the first
+        # mask's gap starts), and the same object needs no field-by-field `__eq__`
         if name == "default":
-            return cls()
+            return _NAMED[0]
         if name == "compact":
-            return cls(0, 0, 0, "", False)
+            return _NAMED[1]
         raise ValueError(f"whitespace must be 'default', 'compact' or a WhitespacePolicy, got {name!r}")
 
 
@@ -170,6 +172,7 @@ class Whitespace:
 
 
 _WHITESPACE: dict[WhitespacePolicy, Whitespace] = {}
+_NAMED = (WhitespacePolicy(), WhitespacePolicy(0, 0, 0, "", False))     # "default", "compact"
 
 
 # ---------------------------------------------------------------------------
