@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -268,3 +269,20 @@ def test_decode_suite_runs_our_loop_on_every_variant() -> None:
     assert sorted(results) == ["none", "regex", "schema"]
     for name, r in results.items():
         assert [len(row) for row in r["rows"]] == [6, 6], name
+
+
+def test_ttfm_paired_compares_two_checkouts(tmp_path, capsys):
+    """This checkout against itself (the null comparison): every schema all three workers
+    compile is timed, and the ratio is reported."""
+    pytest.importorskip("llguidance")
+    from bench import ttfm_paired
+
+    for name, schema in (("a", {"type": "integer"}), ("b", {"type": "object", "properties": {"s": {"type": "string"}}}),
+                         ("c", {"type": "array", "items": {"enum": ["x", "y"]}})):
+        _write(tmp_path, name, schema, [])
+    here = str(Path(ttfm_paired.__file__).resolve().parent.parent)
+    assert ttfm_paired.main([here, "--corpus", str(tmp_path), "--seed", "3"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"3 schemas all three compile (base: {here})")
+    ratio = float(out.split("per-schema median ratio here/base: ")[1].split(";")[0])
+    assert 0.2 < ratio < 5
