@@ -5,9 +5,9 @@
   edge columns itself;
 - `csr_from_columns`: the columns grouped per state (`NFA._csr`), and
   `finish_from_columns`, both of them and the rule ends' flags in one call;
-- `byte_classes_native` and `forward_native` (`call_returns_native` for every
-  call edge at once, `classes_and_returns_native` both in one call): the byte
-  classes with their mask table, and canonical return states, for
+- `byte_classes_native` and `call_returns_native` (`classes_and_returns_native`
+  both in one call): the byte classes with their mask table, and the call
+  edges' canonical return states (`grammars.nfa.NFA.forward`), for
   `constrained.dfa_jit.JitDFA`.
 
 `constrained.dfa_loader.load_kernels` installs them as `grammars.nfa.NFA`'s
@@ -26,7 +26,7 @@ import numpy as np
 from numba import njit
 
 __all__ = ["compute_need_native", "need_from_columns", "csr_from_columns", "finish_from_columns", "byte_classes_native",
-           "forward_native", "call_returns_native", "classes_and_returns_native"]
+           "call_returns_native", "classes_and_returns_native"]
 
 INF = 1 << 30
 
@@ -409,19 +409,12 @@ def byte_classes_native(mask_bytes):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def forward_native(states, eps_ptr, eps_dst, edge_ptr, call_ptr, is_end):  # pragma: no cover - compiled
-    """`grammars.nfa.NFA.forward` of each of `states`: follow pure epsilon hops (one
-    epsilon edge, nothing else, not a rule's end) until one would revisit a state."""
-    return call_returns_native(states, np.zeros(len(states), np.int64), 0, eps_ptr, eps_dst, edge_ptr, call_ptr,
-                               is_end)
-
-
-@njit(cache=True, nogil=True)
 def call_returns_native(call_dst, call_op, forwarded, eps_ptr, eps_dst, edge_ptr, call_ptr,
                         is_end):  # pragma: no cover - compiled
-    """The return state of each call edge as the DFA keeps it: `forward_native` of its
-    `call_dst` where its `call_op` is at most `forwarded` (rule calls), else `call_dst` (loop
-    exits). One call for what took a kernel call and two numpy operations."""
+    """The return state of each call edge as the DFA keeps it: where its `call_op` is at most
+    `forwarded` (rule calls), `grammars.nfa.NFA.forward` of its `call_dst` (follow pure epsilon
+    hops: one epsilon edge, nothing else, not a rule's end, until one would revisit a state);
+    else `call_dst` (loop exits)."""
     n = len(is_end)
     stamp = np.full(n, -1, np.int64)
     out = np.empty(len(call_dst), np.int64)

@@ -323,10 +323,11 @@ def test_vectorized_forward_equals_forward(path: Path) -> None:
         from constrained import need_kernel
 
         a = nfa.arrays
-        got = need_kernel.forward_native(np.arange(nfa.num_states, dtype=np.int64), a.eps_ptr, a.eps_dst, a.edge_ptr,
-                                         a.call_ptr, np.asarray(nfa.is_end, dtype=np.bool_))
+        # every state as a rule call's return: forwarded; per call edge, a loop exit stays where it says
+        states = np.arange(nfa.num_states, dtype=np.int64)
+        got = need_kernel.call_returns_native(states, np.zeros(len(states), np.int64), FREE, a.eps_ptr, a.eps_dst,
+                                              a.edge_ptr, a.call_ptr, np.asarray(nfa.is_end, dtype=np.bool_))
         assert got.tolist() == want
-        # per call edge: a rule call returns to its canonical state, a loop exit where it says
         rets = need_kernel.call_returns_native(a.call_dst, a.call_op, FREE, a.eps_ptr, a.eps_dst, a.edge_ptr,
                                                a.call_ptr, np.asarray(nfa.is_end, dtype=np.bool_))
         assert rets.tolist() == [want[d] if op <= FREE else d for d, op in zip(a.call_dst.tolist(),
