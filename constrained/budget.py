@@ -176,7 +176,7 @@ class Completions:
         with counts far from their bounds, a completion of at most a token's length found from
         the first state of its class by a search of at most `TWIN_SEARCH` states (the states of a
         class read alike for that long). Otherwise the state is searched from itself."""
-        from constrained.token_fsm import TwinMasks
+        from constrained.state_masks import TwinMasks
 
         fsm = self.fsm
         if state < 0 or fsm._twins is None:

@@ -34,10 +34,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from constrained import fsm_jit
-from constrained.slices import Slice, equivalent
+from constrained.slices import Slice, equivalent, follows_utf8
 from constrained.untracked import untrack
 
-__all__ = ["SliceView", "slice_view", "MAX_EXCLUDED"]
+__all__ = ["SliceView", "find_view", "slice_view", "MAX_EXCLUDED"]
 
 # At most this many irregular ASCII first bytes are walked instead of sliced.
 MAX_EXCLUDED = 40
@@ -275,3 +275,67 @@ def _all_same(dfa, targets: np.ndarray, rep: int) -> bool:
     if (targets == rep).all():
         return True
     return all(equivalent(dfa, rep, other) for other in set(targets.tolist()) - {rep})
+
+
+# A byte-set slice needs at least this many ASCII bytes going to one state
+# (fewer: the plain walk is cheap, and building a new slice costs 1-3 ms).
+_MIN_BYTESET_SLICE = 8
+
+
+def find_view(dfa, index, state: int, steps: dict) -> SliceView | None:
+    """The first slice `state` of `dfa` follows regularly (UTF-8 slices, then its ASCII byte set),
+    over the `VocabIndex` `index`; `steps` memoizes the levels walked (`slice_view`'s `memo`)."""
+    first = index.first_byte
+    dead = dfa.transitions(state) < 0
+    live_ascii = 128 - int(np.count_nonzero(dead[:128]))
+    if live_ascii < _MIN_BYTESET_SLICE:       # e.g. a structural state, a few bytes live: when every
+        live = 256 - int(np.count_nonzero(dead))                  # check below fails, say so at once
+        if all(len(sl.first_ascii) - live > MAX_EXCLUDED for sl in index.slices):
+            return None
+    for sl in index.slices:
+        if np.count_nonzero(dead[sl.first_ascii]) > MAX_EXCLUDED:
+            continue                          # e.g. a structural state: `slice_view` says None
+        view = slice_view(dfa, state, sl, steps, first)
+        if view is not None:
+            return view
+    # the ASCII bytes leading to the most common next state, e.g. `[a-z]` in `[a-z]+`
+    row = dfa.transitions(state)[:128]
+    live = row[row >= 0]
+    if len(live) < _MIN_BYTESET_SLICE:
+        return None
+    target, count = _majority(live)
+    if count < _MIN_BYTESET_SLICE:
+        return None
+    inner = row == target
+    mask = int.from_bytes(np.packbits(inner, bitorder="little").tobytes(), "little")
+    def pays() -> bool:
+        # a new slice costs 0.3-1 ms: worth it only if a second character may follow
+        # (a loop or a long counter), not for a single digit the walk reads in microseconds
+        return not (dfa.transitions(int(target))[:128][inner] < 0).any()
+
+    if follows_utf8(dfa, state, int(target)):
+        # every character but a few ASCII ones (a search pattern's first byte): a UTF-8
+        # slice covers the ~30k non-ASCII tokens too, which the byte set leaves to the walk
+        sl = index.cached_utf8_slice(mask) or (index.utf8_slice(mask) if pays() else None)
+        view = slice_view(dfa, state, sl, steps, first) if sl is not None else None
+        if view is not None:
+            return view
+    sl = index.cached_byteset_slice(mask)
+    if sl is None:
+        if not pays():
+            return None
+        sl = index.byteset_slice(mask)
+    return slice_view(dfa, state, sl, steps, first)
+
+
+def _majority(values: np.ndarray) -> tuple[int, int]:
+    """The most frequent of `values` (the smallest on ties) and its count; (-1, 0) if empty."""
+    if not len(values):
+        return -1, 0
+    lo = int(values.min())
+    if int(values.max()) - lo > 4096:
+        uniq, counts = np.unique(values, return_counts=True)
+        return int(uniq[counts.argmax()]), int(counts.max())
+    counts = np.bincount(values - lo)                 # cheaper than np.unique on a few states
+    i = int(counts.argmax())
+    return lo + i, int(counts[i])

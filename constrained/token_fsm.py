@@ -28,10 +28,11 @@ import numpy as np
 
 from constrained.errors import IncompatibleVocabularyError
 from constrained.key_twins import KeyTwins
-from constrained.slice_view import MAX_EXCLUDED, SliceView, slice_view
-from constrained.slices import follows_utf8, ids_bitmask
+from constrained.slice_view import find_view
+from constrained.slices import ids_bitmask
+from constrained.state_masks import EMPTY as _EMPTY
+from constrained.state_masks import KeyTwinMasks, StateMasks, TwinMasks
 from constrained.twins import CounterTwins
-from constrained.untracked import untrack
 from constrained.vocab_index import VocabIndex
 from constrained.work import WORK
 
@@ -46,180 +47,15 @@ __all__ = ["TokenFSM", "StateMasks", "FINISHED"]
 FINISHED = -3
 # Forced byte strings longer than this are cut (a safety bound, not a limit users meet).
 _MAX_FORCED_BYTES = 4096
-_EMPTY = np.empty(0, dtype=np.int32)
-# A byte-set slice needs at least this many ASCII bytes going to one state
-# (fewer: the plain walk is cheap, and building a new slice costs 1-3 ms).
-_MIN_BYTESET_SLICE = 8
 # `TokenFSM.next_state` memoizes at most this many transitions (`_MOVE_BYTES` each, counted in `held_bytes`).
 _MAX_MOVES = 1 << 12
 _MOVE_BYTES = 160
-# Unsorted ids up to this many are scanned for a token (as fast as a binary search);
-# longer ones are scanned on their first `_SCANS` lookups, then sorted: a sort cost 250 us
-# on average (maskbench-dev), a scan 5-40 us, and most states are left by one token.
-_MAX_SCAN = 4096
-_SCANS = 2
-# What a `TwinMasks` holds besides arrays (counted in `held_bytes`).
-_TWIN_BYTES = 200
 # Masks are shared between twins (`constrained.twins`) once the DFA has this many states: a
 # count's states add up fast (~10 a character of a string), a schema's first masks make few.
 _TWIN_MIN_STATES = 2048
 
 
-class StateMasks:
-    """Everything the FSM knows about one DFA state (memoized on first visit).
-
-    Attributes:
-        ids: sorted allowed non-EOS ids *not* covered by `view`.
-        next: next DFA state of each of `ids`.
-        view: when set, the slice tokens it allows are allowed too, with
-            next states it knows (see `slice_view`).
-        accepting: the text so far is a complete match (EOS allowed).
-        bitmask: packed int32 mask of every allowed id, EOS included.
-
-    `ids` and `next` are sorted on first use: a mask needs only the bitmask,
-    and a token lookup in a short list is as fast as a scan (see `lookup`).
-    """
-
-    __slots__ = ("_pairs", "_sorted", "_scans", "view", "accepting", "bitmask", "allowed", "forced")
-
-    def __init__(self, ids: np.ndarray, next: np.ndarray, view: SliceView | None, accepting: bool,
-                 bitmask: np.ndarray, allowed: np.ndarray | None = None,
-                 forced: tuple[int, ...] | None = None, sorted: bool = True) -> None:
-        self._pairs = (ids, next)                 # swapped as one reference: readers never see a mix
-        self._sorted = sorted
-        self._scans = 0                           # lookups of long unsorted ids so far
-        self.view = view
-        self.accepting = accepting
-        self.bitmask = bitmask
-        self.allowed = allowed                    # full sorted id list, built on demand
-        self.forced = forced
-        untrack(self)                             # no cycle passes through one (`constrained.untracked`)
-
-    @property
-    def ids(self) -> np.ndarray:
-        return self._sorted_pairs()[0]
-
-    @property
-    def next(self) -> np.ndarray:
-        return self._sorted_pairs()[1]
-
-    def lookup(self, token: int) -> int:
-        """Next state of `token`, one of `ids` (-1 if it is not)."""
-        ids, nxt = self._pairs
-        if not self._sorted and (len(ids) <= _MAX_SCAN or self._scans < _SCANS):
-            if len(ids) > _MAX_SCAN:
-                self._scans += 1
-            hit = np.flatnonzero(ids == token)
-            return int(nxt[hit[0]]) if len(hit) else -1
-        ids, nxt = self._sorted_pairs()
-        i = int(np.searchsorted(ids, token))
-        return int(nxt[i]) if i < len(ids) and ids[i] == token else -1
-
-    def _sorted_pairs(self) -> tuple[np.ndarray, np.ndarray]:
-        if not self._sorted:
-            self._pairs = _sort_pairs(*self._pairs)
-            self._sorted = True
-        return self._pairs
-
-    @property
-    def can_continue(self) -> bool:
-        return len(self._pairs[0]) > 0 or (self.view is not None and bool(self.view.bitmask().any()))
-
-    @property
-    def nbytes(self) -> int:
-        ids, nxt = self._pairs
-        n = ids.nbytes + nxt.nbytes + self.bitmask.nbytes
-        n += self.view.nbytes if self.view is not None else 0
-        return n + (self.allowed.nbytes if self.allowed is not None else 0)
-
-
-def _majority(values: np.ndarray) -> tuple[int, int]:
-    """The most frequent of `values` (the smallest on ties) and its count; (-1, 0) if empty."""
-    if not len(values):
-        return -1, 0
-    lo = int(values.min())
-    if int(values.max()) - lo > 4096:
-        uniq, counts = np.unique(values, return_counts=True)
-        return int(uniq[counts.argmax()]), int(counts.max())
-    counts = np.bincount(values - lo)                 # cheaper than np.unique on a few states
-    i = int(counts.argmax())
-    return lo + i, int(counts[i])
-
-
-def _sort_pairs(ids: np.ndarray, nxt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, next states) ordered by id (ids are distinct)."""
-    top = int(ids.max()) + 1 if len(ids) else 0
-    if len(ids) * 16 < top:
-        order = np.argsort(ids, kind="stable")
-        return ids[order].astype(np.int32, copy=False), nxt[order].astype(np.int32, copy=False)
-    # large sets: scatter into a dense row (O(vocab)) beats an O(n log n) sort
-    dense = np.full(top, -1, dtype=np.int32)
-    dense[ids] = nxt
-    sorted_ids = np.flatnonzero(dense >= 0).astype(np.int32)
-    return sorted_ids, dense[sorted_ids]
-
-
 _Guide = None                                 # `constrained.guide.Guide`, imported on first use
-
-
-class TwinMasks(StateMasks):
-    """The `StateMasks` of a state whose mask is its twin's (see `constrained.twins`).
-
-    The bitmask, the allowed ids and `accepting` are the twin's, shared (never
-    copied); a token's next state is the twin's with the counts moved, exact
-    (`TokenFSM._twin_next`). Every allowed token's next state at once
-    (`TokenFSM.transitions`) is computed from the state itself. It holds no
-    reference to its `TokenFSM` (it is untracked by the cyclic GC, which would
-    then never free the FSM): the FSM asks it.
-    """
-
-    __slots__ = ("state", "_twin", "source", "shift")
-
-    def __init__(self, twin: StateMasks, source: int, state: int) -> None:
-        super().__init__(_EMPTY, _EMPTY, None, twin.accepting, twin.bitmask, allowed=twin.allowed)
-        self.state, self._twin = state, twin
-        self.source = source                      # the twin's state (see `TokenFSM.mask_key`)
-        # (the `CounterTwins` it was found with, `CounterTwins.shift` from the twin), once asked
-        self.shift: tuple | bool = False
-        self._sorted = False                      # `_pairs`: not computed yet (`TokenFSM._all_pairs`)
-
-    def lookup(self, token: int) -> int:
-        raise TypeError("a TwinMasks' next states come from its TokenFSM (`_twin_next`)")
-
-    def _sorted_pairs(self) -> tuple[np.ndarray, np.ndarray]:
-        raise TypeError("a TwinMasks' transitions come from its TokenFSM (`_all_pairs`)")
-
-    @property
-    def can_continue(self) -> bool:
-        return self._twin.can_continue
-
-    @property
-    def nbytes(self) -> int:
-        ids, nxt = self._pairs                    # (the bitmask and ids are the twin's)
-        return ids.nbytes + nxt.nbytes + _TWIN_BYTES
-
-
-class KeyTwinMasks(StateMasks):
-    """The `StateMasks` of a state inside an `any_order` object's key whose mask is another's
-    but for the tokens holding a quote (see `constrained.key_twins`).
-
-    `bitmask` is its own (the other's, with its own walk of the quote tokens); `ids`
-    and `next` are those quote tokens'. A token's next state is walked from the
-    state itself (`TokenFSM._key_twin_next`); every allowed token's at once
-    (`TokenFSM.transitions`) comes from computing the state's masks in full.
-    """
-
-    __slots__ = ("state", "source", "_full")
-
-    def __init__(self, ids: np.ndarray, next: np.ndarray, bitmask: np.ndarray, state: int, source: int) -> None:
-        super().__init__(ids, next, None, False, bitmask, sorted=False)
-        self.state = state
-        self.source = source                      # the state whose mask it shares
-        self._full: tuple[np.ndarray, np.ndarray] | None = None   # `TokenFSM._all_pairs`, once asked
-
-    @property
-    def can_continue(self) -> bool:
-        return bool(self.bitmask.any())
 
 
 class TokenFSM:
@@ -410,7 +246,7 @@ class TokenFSM:
         if not lead:                 # (the lead walk's kernel expands the row itself: one call less)
             dfa.expand(np.array([state], dtype=np.int32))
         accepting = bool(dfa.is_accepting(state))
-        view = None if lead else self._find_view(state)
+        view = None if lead or not self._use_slices else find_view(self.dfa, self.index, state, self._steps)
         walk_args = (dfa.byte_class, lambda: dfa.table, dfa.expand)
         trie = self.index.trie
         if lead:
@@ -591,52 +427,6 @@ class TokenFSM:
                         words[i >> 5] |= 1 << (i & 31)
             ids, nxt = np.concatenate(all_ids), np.concatenate(all_next)
         return ids, nxt, words
-
-    def _find_view(self, state: int) -> SliceView | None:
-        """The first slice `state` follows regularly (UTF-8 slices, then its ASCII byte set)."""
-        if not self._use_slices:
-            return None
-        first = self.index.first_byte
-        dead = self.dfa.transitions(state) < 0
-        live_ascii = 128 - int(np.count_nonzero(dead[:128]))
-        if live_ascii < _MIN_BYTESET_SLICE:       # e.g. a structural state, a few bytes live: when every
-            live = 256 - int(np.count_nonzero(dead))                  # check below fails, say so at once
-            if all(len(sl.first_ascii) - live > MAX_EXCLUDED for sl in self.index.slices):
-                return None
-        for sl in self.index.slices:
-            if np.count_nonzero(dead[sl.first_ascii]) > MAX_EXCLUDED:
-                continue                          # e.g. a structural state: `slice_view` says None
-            view = slice_view(self.dfa, state, sl, self._steps, first)
-            if view is not None:
-                return view
-        # the ASCII bytes leading to the most common next state, e.g. `[a-z]` in `[a-z]+`
-        row = self.dfa.transitions(state)[:128]
-        live = row[row >= 0]
-        if len(live) < _MIN_BYTESET_SLICE:
-            return None
-        target, count = _majority(live)
-        if count < _MIN_BYTESET_SLICE:
-            return None
-        inner = row == target
-        mask = int.from_bytes(np.packbits(inner, bitorder="little").tobytes(), "little")
-        def pays() -> bool:
-            # a new slice costs 0.3-1 ms: worth it only if a second character may follow
-            # (a loop or a long counter), not for a single digit the walk reads in microseconds
-            return not (self.dfa.transitions(int(target))[:128][inner] < 0).any()
-
-        if follows_utf8(self.dfa, state, int(target)):
-            # every character but a few ASCII ones (a search pattern's first byte): a UTF-8
-            # slice covers the ~30k non-ASCII tokens too, which the byte set leaves to the walk
-            sl = self.index.cached_utf8_slice(mask) or (self.index.utf8_slice(mask) if pays() else None)
-            view = slice_view(self.dfa, state, sl, self._steps, first) if sl is not None else None
-            if view is not None:
-                return view
-        sl = self.index.cached_byteset_slice(mask)
-        if sl is None:
-            if not pays():
-                return None
-            sl = self.index.byteset_slice(mask)
-        return slice_view(self.dfa, state, sl, self._steps, first)
 
     def _materialize(self, m: StateMasks) -> np.ndarray:
         if m.view is None and type(m) is not KeyTwinMasks:

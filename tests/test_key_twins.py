@@ -12,7 +12,8 @@ from bench.oracle import is_valid
 from constrained.compile import compile_grammar
 from constrained.dfa_jit import native_dfa_class
 from constrained.gguf_tokenizers import hf_tokenizer
-from constrained.token_fsm import FINISHED, KeyTwinMasks, TokenFSM
+from constrained.state_masks import KeyTwinMasks
+from constrained.token_fsm import FINISHED, TokenFSM
 from constrained.vocab import Vocabulary
 from grammars.json_schema import json_schema_grammar
 from grammars.nfa import NFA

@@ -805,14 +805,14 @@ def test_one_fsm_shared_by_threads_gives_the_same_masks(hf_tok, vocabulary):
 
 
 def test_lookup_scans_long_unsorted_ids_then_sorts_them() -> None:
-    from constrained import token_fsm
+    from constrained import state_masks
 
     rng = np.random.default_rng(0)
-    ids = rng.permutation(100_000)[: token_fsm._MAX_SCAN + 500].astype(np.int32)   # long and sparse
+    ids = rng.permutation(100_000)[: state_masks._MAX_SCAN + 500].astype(np.int32)   # long and sparse
     nxt = rng.integers(0, 1000, len(ids)).astype(np.int32)
     want = dict(zip(ids.tolist(), nxt.tolist()))
     absent = next(i for i in range(100_000) if i not in want)
-    m = token_fsm.StateMasks(ids, nxt, None, False, np.zeros(1, np.int32), sorted=False)
+    m = state_masks.StateMasks(ids, nxt, None, False, np.zeros(1, np.int32), sorted=False)
     probes = [int(ids[7]), absent, int(ids[-1]), int(ids[0]), absent]
     got = [m.lookup(t) for t in probes]
     assert got == [want.get(t, -1) for t in probes]

@@ -12,7 +12,8 @@ from constrained.dfa_jit import native_dfa_class
 from constrained.gguf_tokenizers import hf_tokenizer
 from constrained.guide import Guide
 from constrained import token_fsm
-from constrained.token_fsm import FINISHED, TokenFSM, TwinMasks
+from constrained.state_masks import TwinMasks
+from constrained.token_fsm import FINISHED, TokenFSM
 from constrained.vocab import Vocabulary
 from grammars.json_schema import json_schema_grammar
 from grammars.regex import regex_grammar
