@@ -132,7 +132,7 @@ def _free_port() -> int:
 
 def _tiny_dir() -> Path:
     from backends.tiny import tiny_model_dir
-    from constrained.cli import TINY_ARCH, TINY_VOCAB
+    from constrained.cli_models import TINY_ARCH, TINY_VOCAB
 
     return tiny_model_dir(TINY_ARCH, TINY_VOCAB)
 

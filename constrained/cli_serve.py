@@ -65,7 +65,8 @@ def run_serve(args: argparse.Namespace) -> int:
     """Check the extra, the flags and the model, load it, then serve until interrupted."""
     import importlib.util
 
-    from constrained.cli import TINY_ARCH, UsageError, _check_model_dir, _load_model, say
+    from constrained.cli_io import UsageError, say
+    from constrained.cli_models import TINY_ARCH, check_model_dir, load_model
 
     missing = [m for m in ("fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
     if missing:
@@ -75,9 +76,9 @@ def run_serve(args: argparse.Namespace) -> int:
     else:
         if args.vllm_args is not None:
             raise UsageError("--vllm-args goes with --backend vllm")
-        _check_model_dir(args, chat=False)
+        check_model_dir(args, chat=False)
         opts = {"batch_size": args.batch_size or BATCH_SIZE, "cache_size": (args.cache_mb or CACHE_MB) << 20}
-        model, note = _load_model(args, **opts)
+        model, note = load_model(args, **opts)
     if note:
         say(note)
     name = args.served_model_name or (Path(args.model).name if args.model else f"tiny-random-{TINY_ARCH}")
@@ -94,7 +95,8 @@ def load_vllm(args: argparse.Namespace) -> tuple[Any, str]:
     """
     import importlib.util
 
-    from constrained.cli import TINY_ARCH, TINY_VOCAB, UsageError, _check_model_dir
+    from constrained.cli_io import UsageError
+    from constrained.cli_models import TINY_ARCH, TINY_VOCAB, check_model_dir
     from constrained.errors import BackendUnavailableError
 
     for flag, value in (("--batch-size", getattr(args, "batch_size", None)),
@@ -116,7 +118,7 @@ def load_vllm(args: argparse.Namespace) -> tuple[Any, str]:
         note = (f"note: no --model given, using the tiny local model at {path}. Its weights are RANDOM: "
                 "the output is valid for the constraint, but its content is meaningless.")
     else:
-        _check_model_dir(args, chat=False)
+        check_model_dir(args, chat=False)
         path = args.model
     try:
         from backends.base import load_model_by_name
@@ -135,7 +137,7 @@ def _vllm_args(text: str | None) -> dict[str, Any]:
         >>> _vllm_args('{"max_model_len": 512}')
         {'max_model_len': 512}
     """
-    from constrained.cli import UsageError
+    from constrained.cli_io import UsageError
 
     if text is None:
         return {}
