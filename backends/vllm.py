@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from backends.base import AsyncLM, Job, Prompt
+from backends.base import AsyncLM, Job
 from constrained.errors import BackendUnavailableError
 from constrained.generate import engine_seed
 

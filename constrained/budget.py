@@ -44,7 +44,6 @@ Example:
 from __future__ import annotations
 
 import weakref
-from collections import deque
 from typing import TYPE_CHECKING
 
 import numpy as np

@@ -28,11 +28,11 @@ Example:
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Iterable
 
 import numpy as np
 
+from constrained.dfa_buffers import NO_WORDS, filled, grown, raw_masks, walk_buffers
 from constrained.dfa_loader import load_kernels
 from constrained.fsm_jit import FALLBACK as _FALLBACK
 from constrained.fsm_jit import META_SIZE as _META_SIZE
@@ -42,7 +42,6 @@ from constrained.fsm_jit import OK as _OK
 from constrained.fsm_jit import TAIL as _TAIL
 from grammars.deep import deep_call
 from grammars.dfa import DEAD, UNEXPANDED, LazyDFA
-from grammars.errors import StateBudgetError
 from grammars.nfa import FREE, NFA
 
 __all__ = ["JitDFA", "ProductDFA", "load_kernels", "native_dfa_class", "product_dfa_class"]
@@ -104,14 +103,14 @@ class JitDFA(LazyDFA):
             self._set_classes(*self._classes_of(a.masks))   # `masks` in the order of the NFA's mask ids
             return
         classes, rep, self._mask_cls, self._call_ret = self._k.classes_and_returns(
-            _raw_masks(a.masks), a.call_dst, a.call_op, FREE, a.eps_ptr, a.eps_dst, a.edge_ptr, a.call_ptr, nfa.is_end)
+            raw_masks(a.masks), a.call_dst, a.call_op, FREE, a.eps_ptr, a.eps_dst, a.edge_ptr, a.call_ptr, nfa.is_end)
         self._mask_order = a.masks
         self._set_classes(classes, rep)
 
     def _classes_of(self, masks: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
         """The byte classes of the NFA's `masks` (class per byte, least byte per class); keeps the
         mask x class table of the kernels."""
-        classes, rep, self._mask_cls = self._k.byte_classes(_raw_masks(masks))
+        classes, rep, self._mask_cls = self._k.byte_classes(raw_masks(masks))
         self._mask_order = masks
         return classes, rep
 
@@ -151,25 +150,25 @@ class JitDFA(LazyDFA):
         # dev corpus after the first mask: 8 DFA states at the median, 14 at p90, 84 at most; tables for
         # 256 states cost every compile 1-2% after an idle wait, more than the growth (bench/README)
         states, ints, slots, stacks = 32, 512, 128, 64
-        self._table = _filled((states, self.num_classes), UNEXPANDED, np.int32)
+        self._table = filled((states, self.num_classes), UNEXPANDED, np.int32)
         self._accepting = np.zeros(states, dtype=np.bool_)
         self._cfg_ptr = np.zeros(states + 1, dtype=np.int64)
         self._cfg_data = np.empty(ints, dtype=np.int64)
         self._cfg_keys = np.zeros(slots, dtype=np.int64)
-        self._cfg_vals = _filled(slots, -1, np.int32)
-        self._next_same = _filled(states, -1, np.int32)
-        self._stk_ret = _filled(stacks, -1, np.int64)
-        self._stk_parent = _filled(stacks, -1, np.int64)
+        self._cfg_vals = filled(slots, -1, np.int32)
+        self._next_same = filled(states, -1, np.int32)
+        self._stk_ret = filled(stacks, -1, np.int64)
+        self._stk_parent = filled(stacks, -1, np.int64)
         self._stk_depth = np.zeros(stacks, dtype=np.int64)
         self._stk_keys = np.zeros(4 * stacks, dtype=np.int64)
-        self._stk_vals = _filled(4 * stacks, -1, np.int32)
-        self._ecl_off = _filled(self.nfa.num_states, -1, np.int64)
+        self._stk_vals = filled(4 * stacks, -1, np.int32)
+        self._ecl_off = filled(self.nfa.num_states, -1, np.int64)
         self._ecl_data = np.empty(1024, dtype=np.int64)
         self._counts = np.array([0, 0, 1, 0, 0, 0, 0], dtype=np.int64)   # stack 0 is the empty stack
-        self._alloc_scratch(128)
+        self._allocwalk_buffers(128)
         self._pack()
 
-    def _alloc_scratch(self, size: int) -> None:
+    def _allocwalk_buffers(self, size: int) -> None:
         """Kernel scratch (see `dfa_kernels`), `size` configurations per closure and moves per row."""
         c = self.num_classes
         self._W = (np.empty(4 * size, np.int64), np.zeros(4 * size, np.int64), np.zeros(4 * size, np.int64),
@@ -197,24 +196,24 @@ class JitDFA(LazyDFA):
             table = np.full((cap, self.num_classes), UNEXPANDED, dtype=np.int32)
             table[: len(self._table)] = self._table
             self._table = table
-            self._accepting = _grown(self._accepting, cap, False)
-            self._cfg_ptr = _grown(self._cfg_ptr, cap + 1, 0)
-            self._next_same = _grown(self._next_same, cap, -1)
+            self._accepting = grown(self._accepting, cap, False)
+            self._cfg_ptr = grown(self._cfg_ptr, cap + 1, 0)
+            self._next_same = grown(self._next_same, cap, -1)
         elif status == k.GROW_CFG:
-            self._cfg_data = _grown(self._cfg_data, 2 * len(self._cfg_data), 0)
+            self._cfg_data = grown(self._cfg_data, 2 * len(self._cfg_data), 0)
         elif status == k.GROW_STACKS:
             cap = 2 * len(self._stk_ret)
-            self._stk_ret = _grown(self._stk_ret, cap, -1)
-            self._stk_parent = _grown(self._stk_parent, cap, -1)
-            self._stk_depth = _grown(self._stk_depth, cap, 0)
+            self._stk_ret = grown(self._stk_ret, cap, -1)
+            self._stk_parent = grown(self._stk_parent, cap, -1)
+            self._stk_depth = grown(self._stk_depth, cap, 0)
         elif status == k.GROW_CFG_HT:
             self._cfg_keys, self._cfg_vals = self._rehashed(self._cfg_keys, self._cfg_vals)
         elif status == k.GROW_STACK_HT:
             self._stk_keys, self._stk_vals = self._rehashed(self._stk_keys, self._stk_vals)
         elif status == k.GROW_ECLOSE:
-            self._ecl_data = _grown(self._ecl_data, 2 * len(self._ecl_data), 0)
+            self._ecl_data = grown(self._ecl_data, 2 * len(self._ecl_data), 0)
         elif status == k.GROW_SCRATCH:
-            self._alloc_scratch(2 * len(self._W[5]))
+            self._allocwalk_buffers(2 * len(self._W[5]))
         else:
             raise RuntimeError(f"unknown DFA kernel status {status}")
         self._pack()
@@ -232,8 +231,8 @@ class JitDFA(LazyDFA):
             self._reclassify(nfa.arrays.masks)
         self._N = self._nfa_arrays(nfa)
         nfa.need, nfa.is_end = self._N[0], self._N[6].view(np.bool_)
-        self._ecl_off = _grown(self._ecl_off, nfa.num_states, -1)
-        self._alloc_scratch(len(self._W[5]))
+        self._ecl_off = grown(self._ecl_off, nfa.num_states, -1)
+        self._allocwalk_buffers(len(self._W[5]))
         self._pack()
 
     def _reclassify(self, masks: tuple[int, ...]) -> None:
@@ -257,9 +256,9 @@ class JitDFA(LazyDFA):
         # index `self._table[:used, parent]` and a copy took 1.45x as long over the dev corpus' builds
         np.take(self._table[:used], parent, axis=1, out=table[:used], mode="clip")
         self._table = table
-        self._accepting = _grown(self._accepting[:used], len(table), False)
-        self._cfg_ptr = _grown(self._cfg_ptr[:used + 1], len(table) + 1, 0)
-        self._next_same = _grown(self._next_same[:used], len(table), -1)
+        self._accepting = grown(self._accepting[:used], len(table), False)
+        self._cfg_ptr = grown(self._cfg_ptr[:used + 1], len(table) + 1, 0)
+        self._next_same = grown(self._next_same[:used], len(table), -1)
         self._set_classes(classes, rep)
 
     def _frame(self, k: int) -> tuple[int, int]:
@@ -436,10 +435,10 @@ class JitDFA(LazyDFA):
         `words` (uint32, one bit per token id), when given, gets the tokens' bits set.
         """
         if words is None:
-            words = _NO_WORDS
+            words = NO_WORDS
         nodes = np.ascontiguousarray(nodes, dtype=np.int32)
         states = np.ascontiguousarray(states, dtype=np.int32)
-        out_ids, out_next, pend_nodes, pend_states, stack_n, stack_s = _scratch(trie, len(nodes))
+        out_ids, out_next, pend_nodes, pend_states, stack_n, stack_s = walk_buffers(trie, len(nodes))
         ids_buf, next_buf = out_ids, out_next
         got = 0
         while True:
@@ -460,10 +459,6 @@ class JitDFA(LazyDFA):
         return ids_buf[:total].copy(), next_buf[:total].copy()
 
 
-_local = threading.local()
-_NO_WORDS = np.zeros(0, np.uint32)         # `walk_tokens` without a packed mask
-
-
 class ProductDFA(JitDFA):
     """A `JitDFA` whose NFA is built whole, so that its byte classes never change: the automata
     of the string-set products (`grammars.json_string_sets`), which read the classes once."""
@@ -479,47 +474,3 @@ class ProductDFA(JitDFA):
         if row is None:
             row = self._rows_made[state] = self._expand_one(state)
         return row
-
-
-def _scratch(trie, n_start: int) -> list[np.ndarray]:
-    """This thread's walk buffers, reused across walks: fresh ones cost page faults
-    on every walk (megabytes on a 128k vocabulary), worst in a forked worker."""
-    tokens, nodes = trie.n_tokens, trie.n_nodes + n_start + 1
-    bufs = getattr(_local, "bufs", None)
-    if bufs is None or len(bufs[0]) < tokens or len(bufs[2]) < nodes:
-        tokens = max(tokens, len(bufs[0]) if bufs else 0)
-        nodes = max(nodes + 64, len(bufs[2]) if bufs else 0)
-        bufs = _local.bufs = [np.empty(tokens, np.int32), np.empty(tokens, np.int32)] + [
-            np.empty(nodes, np.int32) for _ in range(4)]
-    return bufs
-
-
-# Each byte mask's 32 little-endian bytes, memoized: the masks of schemas repeat (characters,
-# JSON's structural bytes, UTF-8 ranges), and converting a few dozen per compile added up.
-_MASK_BYTES: dict[int, bytes] = {}
-
-
-def _mask_bytes(mask: int) -> bytes:
-    if len(_MASK_BYTES) >= 1 << 16:
-        _MASK_BYTES.clear()
-    out = _MASK_BYTES[mask] = mask.to_bytes(32, "little")
-    return out
-
-
-def _raw_masks(masks: tuple[int, ...]) -> np.ndarray:
-    """The byte masks as the kernels read them: uint8[len(masks), 32], little-endian."""
-    known = _MASK_BYTES.get
-    return np.frombuffer(b"".join([known(m) or _mask_bytes(m) for m in masks]), np.uint8).reshape(len(masks), 32)
-
-
-def _filled(shape: int | tuple[int, int], fill: Any, dtype: Any) -> np.ndarray:
-    """`np.full` without its Python wrapper (half the time; a compile makes a dozen of these)."""
-    out = np.empty(shape, dtype=dtype)
-    out.fill(fill)
-    return out
-
-
-def _grown(a: np.ndarray, size: int, fill: Any) -> np.ndarray:
-    out = _filled(size, fill, a.dtype)
-    out[: len(a)] = a
-    return out
