@@ -34,7 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from constrained import fsm_jit
-from constrained.slices import Slice, equivalent, follows_utf8
+from constrained.equivalence import equivalent
+from constrained.slices import Slice, follows_utf8
 from constrained.untracked import untrack
 
 __all__ = ["SliceView", "find_view", "slice_view", "MAX_EXCLUDED"]

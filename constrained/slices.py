@@ -34,7 +34,6 @@ Example:
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -45,7 +44,7 @@ from constrained.vocab_trie import VocabTrie
 from grammars.ast import MAX_CODEPOINT, utf8_sequences
 
 __all__ = ["Slice", "UTF8_SLICES", "utf8_table", "byteset_table", "build_slice", "build_byteset_slice",
-           "derive_utf8_slice", "follows_utf8", "equivalent", "pack_bits", "ids_bitmask"]
+           "derive_utf8_slice", "follows_utf8", "pack_bits", "ids_bitmask"]
 
 # name -> excluded ASCII bytes, in the order they are tried.
 UTF8_SLICES: dict[str, bytes] = {
@@ -55,8 +54,6 @@ UTF8_SLICES: dict[str, bytes] = {
     "line": b"\n",                                    # regex `.`: any character but newline
 }
 
-# State pairs explored when proving two DFA states equivalent.
-_MAX_EQUIV_PAIRS = 256
 # Member bitmasks cached per slice (one per counter capacity / excluded first bytes).
 _MAX_CACHED_MASKS = 256
 
@@ -471,41 +468,3 @@ def ids_bitmask(ids: np.ndarray, n_words: int, base: np.ndarray | None = None) -
         flags[ids] = True
         out |= np.packbits(flags, bitorder="little").view(np.uint32)
     return out.view(np.int32)
-
-
-def equivalent(dfa, a: int, b: int) -> bool:
-    """True when DFA states `a` and `b` accept the same language (bounded search; False if unsure)."""
-    native = getattr(dfa, "equivalent", None)      # a JitDFA's compiled product walk, same answers
-    if native is not None:
-        return native(a, b, _MAX_EQUIV_PAIRS)
-    return equivalent_py(dfa, a, b)
-
-
-def equivalent_py(dfa, a: int, b: int) -> bool:
-    """`equivalent` as a product walk in Python, over any DFA with `transitions`."""
-    seen = {(a, b)}
-    todo = deque([(a, b)])
-    # breadth first, and a byte that one state rejects and the other reads fails at once:
-    # states that differ usually differ within a byte or two, and a depth-first search
-    # could first expand hundreds of counter states (~8 ms)
-    while todo:
-        x, y = todo.popleft()
-        if x == y:
-            continue
-        if x < 0 or y < 0 or bool(dfa.is_accepting(x)) != bool(dfa.is_accepting(y)):
-            return False
-        rx, ry = dfa.transitions(x), dfa.transitions(y)
-        differ = rx != ry
-        if not differ.any():
-            continue
-        if (rx[differ] < 0).any() or (ry[differ] < 0).any():
-            return False
-        keys = np.unique((rx[differ].astype(np.int64) << 32) | (ry[differ].astype(np.int64) & 0xFFFFFFFF))
-        for key in keys.tolist():
-            pair = (key >> 32, (key & 0xFFFFFFFF) - ((key & 0x80000000) << 1))
-            if pair not in seen:
-                if len(seen) >= _MAX_EQUIV_PAIRS:
-                    return False
-                seen.add(pair)
-                todo.append(pair)
-    return True

@@ -131,7 +131,7 @@ def equivalent(N, S, W, a, b, seen, todo_a, todo_b):  # pragma: no cover - compi
 
     `seen` (a power of two long) and `todo_*` (max_pairs + 1 long) are the
     caller's scratch. Breadth first, and a byte that one state reads and the
-    other rejects fails at once, as `slices.equivalent_py` does, so both give
+    other rejects fails at once, as `equivalence.equivalent_py` does, so both give
     the same answers. Returns (status, 1 equivalent / 0 not or unsure after
     max_pairs pairs). Rows met are computed in place.
     """

@@ -145,8 +145,8 @@ def test_walk_tokens_matches_trie_walk(vocabulary):
 
 
 def test_native_equivalence_matches_python():
-    """`JitDFA.equivalent` agrees with the Python product walk on state pairs (and `slices.equivalent` uses it)."""
-    from constrained.slices import equivalent_py as equivalent
+    """`JitDFA.equivalent` agrees with the Python product walk on state pairs (and `equivalence.equivalent` uses it)."""
+    from constrained.equivalence import equivalent_py as equivalent
 
     checked = 0
     for _, g, depth in corpus_grammars(25):

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from constrained.compile import compile_json_schema, compile_regex
 from constrained.errors import ConstraintError, EmptyConstraintError, IncompatibleVocabularyError, StateBudgetError
-from constrained.slices import equivalent as equivalent_states
+from constrained.equivalence import equivalent as equivalent_states
 from constrained.token_fsm import TokenFSM
 from constrained.vocab import Vocabulary
 from grammars.dfa import LazyDFA

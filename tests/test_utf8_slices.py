@@ -18,7 +18,7 @@ import pytest
 
 from constrained.compile import compile_json_schema, compile_regex
 from constrained.slices import UTF8_SLICES, build_slice, derive_utf8_slice, nodes_by_byte, utf8_table
-from constrained.slices import equivalent as equivalent_states
+from constrained.equivalence import equivalent as equivalent_states
 from constrained.token_fsm import TokenFSM
 from constrained.vocab_index import VocabIndex
 from tests.test_token_fsm import Oracle, check_states, prefix_states
