@@ -91,7 +91,7 @@ class LiveBatch:
                 store, [wanted[row] for row in rows])
         except Exception:  # noqa: BLE001 - the state may be half-updated: drop it, find the failing rows
             self.lm.live_close(state)
-            del state
+            state = None                          # (drops the half-updated KV now)
             self.rows, self.fed = [], {}
             self.fallbacks += 1
             return await self.fallback([row.sequence() for row in batch])
