@@ -184,7 +184,7 @@ def integral_numbers(value: Any) -> Any:
         return {k: integral_numbers(v) for k, v in value.items()}
     if isinstance(value, list):
         return [integral_numbers(v) for v in value]
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2 ** 63:
+    if isinstance(value, float) and value.is_integer():      # (exact: every integral double is an int)
         return int(value)
     return value
 

@@ -181,3 +181,17 @@ def test_a_later_drafts_keyword_below_a_ref_to_the_root_is_a_draft_keywords_refu
     assert verdict(validator(schema), json.loads(nested)) and not accepts(schema, nested, True)
     assert refusal_kind(schema, nested, accepts) == "draft keywords"
     assert accepts(schema, json.dumps({"children": [{"children": [{"value": "T", "c": 1}]}]}), True)
+
+
+def test_an_integral_float_at_two_to_the_63_is_a_number_spelling_refusal():
+    """`-9.223372036854776e+18` is -2**63, an integer jsonschema takes for `type: integer` and that we
+    spell only as `-9223372036854775808`: a "number spelling" refusal (it was "other", seed 61)."""
+    schema = {"type": "object", "properties": {"replicas": {"type": ["integer", "null"]}}}
+
+    def accepts(sch, text, any_order):
+        return bool(_dfa(sch, any_order=any_order).matches(text.encode()))
+
+    text = '{"replicas":-9.223372036854776e+18}'
+    assert verdict(validator(schema), json.loads(text)) and not accepts(schema, text, True)
+    assert accepts(schema, '{"replicas":-9223372036854775808}', True)
+    assert refusal_kind(schema, text, accepts) == "number spelling"
