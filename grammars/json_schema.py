@@ -31,11 +31,11 @@ always get at least `max_recursion_depth` levels.
 | `propertyNames` | exact for declared names; extra keys: the strings valid under it (compiled as a string value, every keyword included) when no declared name is admitted, or as an `enum` |
 | `minProperties` `maxProperties` | exact (counted over declared + additional members); unsupported when the counted layout exceeds the size budget (400k NFA states) |
 | `items` `prefixItems` `minItems` `maxItems` | exact; draft-7 `items: [...]` + `additionalItems` too |
-| `contains` `minContains` `maxContains` | exact on arrays (`json_arrays`), other types unaffected: at least `minContains` (default 1; 0: no lower bound) items valid under `contains`, any schema that compiles; `maxContains` exact when `contains` has a negation (`json_merge.negation`: types, enum/const, required, properties, not/allOf/anyOf of those), else unsupported; with `prefixItems`, `minItems` or `maxItems` a (position, count) product, unsupported past the size budget; `allOf` of two different `contains` unsupported; in draft-04/06/07 schemas, which lack some of these, see `json_merge.LACKS` |
+| `contains` `minContains` `maxContains` | exact on arrays (`json_arrays`), other types unaffected: at least `minContains` (default 1; 0: no lower bound) items valid under `contains`, any schema that compiles; `maxContains` exact when `contains` has a negation (`json_negation.negation`: types, enum/const, required, properties, not/allOf/anyOf of those), else unsupported; with `prefixItems`, `minItems` or `maxItems` a (position, count) product, unsupported past the size budget; `allOf` of two different `contains` unsupported; in draft-04/06/07 schemas, which lack some of these, see `json_merge.LACKS` |
 | `allOf` | real merge (types intersect, bounds tighten, properties merge recursively, patternProperties union unless a side has additionalProperties, required union, anyOf/oneOf distribute); unmergeable pairs unsupported |
 | `anyOf` | exact (each branch merged with the sibling keywords) |
-| `oneOf` | exact: branches provably disjoint (types, enum values, a required discriminator property with distinct const/enum, or a member one requires and the other forbids) as they are; types of which two branches take every value (no type and only object keywords) left out of both; a branch that may overlap others holds with their negations (`json_merge.negation`: types, enum/const, bounds, required, properties, items, contains, pattern, a known format, `propertyNames: false`, dependencies, a nested oneOf, not/allOf/anyOf of those, through local `$ref`s; unknown keywords and formats, ignored when compiling, ignored there too; at most `ONE_OF_NEGATIONS` in all); else unsupported (`allow_approximate`: compiled as anyOf) |
-| `not` | exact for types, enum/const of scalars (numbers: excluded points; strings: complement of a finite set, or with other string keywords their strings minus the set, by `json_string_sets`), a `pattern` or a known `format` (strings it does not match, with any other string keywords: `json_string_sets`, a product of automata bounded by `MAX_STATES`; an unknown format, an annotation, excludes every string), and anyOf of those; and, rewritten as `allOf`/`anyOf` (`json_merge.negation`), for `not`, `allOf`, `anyOf`, `required`, `properties`, `contains` (without min/maxContains), `propertyNames: false` (an object with a member) and bounds (`minimum` ... `maxProperties`: a value of their type past them) of such forms (`not: {required: [a]}` is "an object without a") |
+| `oneOf` | exact: branches provably disjoint (types, enum values, a required discriminator property with distinct const/enum, or a member one requires and the other forbids) as they are; types of which two branches take every value (no type and only object keywords) left out of both; a branch that may overlap others holds with their negations (`json_negation.negation`: types, enum/const, bounds, required, properties, items, contains, pattern, a known format, `propertyNames: false`, dependencies, a nested oneOf, not/allOf/anyOf of those, through local `$ref`s; unknown keywords and formats, ignored when compiling, ignored there too; at most `ONE_OF_NEGATIONS` in all); else unsupported (`allow_approximate`: compiled as anyOf) |
+| `not` | exact for types, enum/const of scalars (numbers: excluded points; strings: complement of a finite set, or with other string keywords their strings minus the set, by `json_string_sets`), a `pattern` or a known `format` (strings it does not match, with any other string keywords: `json_string_sets`, a product of automata bounded by `MAX_STATES`; an unknown format, an annotation, excludes every string), and anyOf of those; and, rewritten as `allOf`/`anyOf` (`json_negation.negation`), for `not`, `allOf`, `anyOf`, `required`, `properties`, `contains` (without min/maxContains), `propertyNames: false` (an object with a member) and bounds (`minimum` ... `maxProperties`: a value of their type past them) of such forms (`not: {required: [a]}` is "an object without a") |
 | `if` / `then` / `else` | exact when `if` has such a negation: (if and then) or (not if and else), e.g. a discriminator `{"properties": {"mode": {"const": ...}}, "required": ["mode"]}`; else unsupported |
 | `$ref` `$defs` `definitions` `$anchor` `$id` | local refs, JSON pointers with `~0 ~1`; recursion via `Ref` rules, depth `max_recursion_depth`; remote refs unsupported; 2020-12 siblings of `$ref` are merged, draft-7 siblings ignored |
 | `true` / `{}` / `false` | any JSON value (nesting <= `max_any_depth`) / nothing |
@@ -82,10 +82,9 @@ from grammars.json_doubles import (
 )
 from grammars.json_formats import DRAFT_FORMATS, FORMATS, format_node
 from grammars.json_length import DEFAULT_SIZE_BUDGET, EXPANSION_BUDGET, restrict_length
-from grammars.json_merge import (
-    ANNOTATIONS, KEYWORD_TYPE, LACKS, TYPES, UNEVALUATED, Merger, disjoint, negation, normalize, plain_not, type_set,
-    whole_types,
-)
+from grammars.json_disjoint import KEYWORD_TYPE, disjoint, type_set, whole_types
+from grammars.json_merge import ANNOTATIONS, LACKS, TYPES, UNEVALUATED, Merger, normalize
+from grammars.json_negation import negation, plain_not
 from grammars.json_numbers import (
     ANY_NUMBER, Interval, int_range, integer_multiples, literal_set, number_interval, number_value,
 )
@@ -494,7 +493,7 @@ class Compiler:
 
     def _overlap(self, raw: list, pair: tuple[int, int], excluded: list[list[Any]], path: str,
                  base: str) -> str | None:
-        """Make branches `pair` of a `oneOf` exclude each other (`json_merge.negation` of the other
+        """Make branches `pair` of a `oneOf` exclude each other (`json_negation.negation` of the other
         one, appended to `excluded`), or say why they cannot be."""
         i, j = pair
         negs = []
@@ -514,7 +513,7 @@ class Compiler:
         return None
 
     def resolving(self, path: str, base: str) -> Callable[[Any], Any]:
-        """`json_merge.negation`'s `resolve`: a subschema with its `$ref` and `allOf` merged in
+        """`json_negation.negation`'s `resolve`: a subschema with its `$ref` and `allOf` merged in
         (`flatten`), without what compiling it ignores (unknown keywords, a `format` not known) or what a
         negation must (a keyword or a `format` the schema's draft does not define: `json_merge.LACKS`,
         `json_formats.DRAFT_FORMATS`)."""
