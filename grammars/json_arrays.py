@@ -61,6 +61,7 @@ from grammars.json_disjoint import type_set
 from grammars.json_doubles import int_bounds
 from grammars.json_merge import ANNOTATIONS, normalize
 from grammars.json_negation import negation
+from grammars.json_number_keywords import schema_interval
 from grammars.json_values import counted, json_key, json_type, union, unit, value_node
 
 if TYPE_CHECKING:
@@ -163,7 +164,7 @@ def _finite_values(c: "Compiler", items: Any, path: str, base: str) -> list | No
         if types <= {"boolean", "null"}:
             candidates = [v for v in (False, True, None) if json_type(v) in types]
         elif types == {"integer"} or types == {"integer", "number"} and flat.get("type") == "integer":
-            lo, hi = int_bounds(c._interval(flat))
+            lo, hi = int_bounds(schema_interval(c, flat))
             if lo is None or hi is None or hi - lo >= UNIQUE_VALUES:
                 return None
             candidates = list(range(lo, hi + 1))

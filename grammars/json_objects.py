@@ -39,6 +39,7 @@ from grammars.json_checks import dependent_names
 from grammars.json_string_sets import difference
 from grammars.json_strings import any_string_body, key_literal, quoted, string_literal, string_not_in
 from grammars.json_length import expanded_size
+from grammars.json_patterns import pattern_body, pattern_matches, pattern_universal
 from grammars.json_values import counted, union, unit
 
 if TYPE_CHECKING:
@@ -169,7 +170,7 @@ class MemberRules:
 
 def _declared_schema(c: "Compiler", name: str, props: dict, patterns: dict, extra: Any, path: str) -> Any:
     """A declared name's schema, merged with every patternProperties schema it matches."""
-    matching = [sub for p, sub in patterns.items() if c.pattern_matches(p, name, f"{path}.patternProperties")]
+    matching = [sub for p, sub in patterns.items() if pattern_matches(c, p, name, f"{path}.patternProperties")]
     sub = props[name] if name in props else (matching.pop(0) if matching else extra)
     for other in matching:
         sub = c.merger.merge(sub, other, f"{path}.properties.{name}")
@@ -217,7 +218,7 @@ def _pattern_member(c: "Compiler", declared: set, patterns: dict, extra: Any, na
     A key's value must satisfy the schema of every pattern it matches, and
     additionalProperties when it matches none. The simple cases keep plain
     nodes: when a pattern matches every name (`.*`, `^[a-z]*` under search
-    semantics, proven on the automata: `Compiler.pattern_universal`) and all
+    semantics, proven on the automata: `json_patterns.pattern_universal`) and all
     patterns share one schema, a member is any other name with that schema;
     with additionalProperties false, one schema and no declared name matching
     a pattern, the names are the patterns'. Otherwise the names of each group
@@ -229,20 +230,20 @@ def _pattern_member(c: "Compiler", declared: set, patterns: dict, extra: Any, na
     where = f"{path}.patternProperties"
     if names_schema is not True:
         raise UnsupportedSchemaError("propertyNames", path, "together with patternProperties")
-    every = {p for p in patterns if c.pattern_universal(p, where)}      # patterns matching every name
+    every = {p for p in patterns if pattern_universal(c, p, where)}      # patterns matching every name
     universal = bool(every)
     schemas = list(patterns.values())
     same = len({json.dumps(v, sort_keys=True, default=str) for v in schemas}) == 1
     if universal and same:
         value = c.node(schemas[0], where, base)
         return None if value == NOTHING else seq(quoted(string_not_in(declared, c.tries)), c.ws.colon, value)
-    clash = any(c.pattern_matches(p, name, where) for name in declared for p in patterns)
+    clash = any(pattern_matches(c, p, name, where) for name in declared for p in patterns)
     if same and (extra is False or universal) and not clash:
         value = c.node(schemas[0], where, base)
         if value == NOTHING:
             return None
-        return seq(quoted(alt(*(c.pattern_body(p, where) for p in patterns))), c.ws.colon, value)
-    bodies = {p: c.pattern_body(p, where) for p in patterns}
+        return seq(quoted(alt(*(pattern_body(c, p, where) for p in patterns))), c.ws.colon, value)
+    bodies = {p: pattern_body(c, p, where) for p in patterns}
     names = [string_literal(n) for n in sorted(declared)]       # every spelling of each
     # (bodies a key matches, bodies it does not, the schemas its value must satisfy, their path)
     groups: list[tuple[list[Node], list[Node], list[Any], str]] = []
