@@ -256,7 +256,7 @@ def group_end(pattern: str, start: int) -> int | None:
 def both_patterns(x: str, y: str) -> str | None:
     """One pattern that a string matches iff it matches `x` and `y` (search semantics): leading
     lookaheads, one per pattern, each from the start (the compiler takes them exactly:
-    `Compiler.pattern_body`); None when a `^` is not at a pattern's start."""
+    `json_patterns.pattern_body`); None when a `^` is not at a pattern's start."""
     px, py = _pattern_parts(x), _pattern_parts(y)
     if px is None or py is None:
         return None

@@ -702,7 +702,7 @@ class FragmentBuilder:
         subroutine, a lazy rule, a counter loop) is balanced and never sees it. The CLEAR
         edges let the comma through only where some member can still be taken, so that
         no DFA state is a dead end (the compiler makes every member that PICK lets through
-        completable: `grammars.json_objects`).
+        completable: `grammars.json_any_order`).
 
         When the additional members' keys are any name but the declared ones (`_open_keys`),
         each key is built first (`_key`, the additional one inline) and the states it spans

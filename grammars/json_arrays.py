@@ -10,7 +10,7 @@ between them, `minItems`/`maxItems` on the positions and the repeat.
 (an item once the count is settled), and the body is a walk over
 (position i, count j):
 
-- with hi: Y = P and not C (`json_merge.negation(C)`, merged with P by
+- with hi: Y = P and not C (`json_negation.negation(C)`, merged with P by
   `json_merge.Merger`), disjoint from X, and j is the exact count, 0..hi,
   settled at hi (S = Y). A C whose negation has no form compiled exactly (a
   bound, a pattern) is refused, naming `contains` and the array's path;
@@ -57,8 +57,11 @@ from typing import TYPE_CHECKING, Any
 
 from grammars.ast import EMPTY, NOTHING, Node, repeat, seq, star
 from grammars.errors import SchemaNote, UnsupportedSchemaError
+from grammars.json_disjoint import type_set
 from grammars.json_doubles import int_bounds
-from grammars.json_merge import ANNOTATIONS, negation, normalize, type_set
+from grammars.json_merge import ANNOTATIONS, normalize
+from grammars.json_negation import negation
+from grammars.json_number_keywords import schema_interval
 from grammars.json_values import counted, json_key, json_type, union, unit, value_node
 
 if TYPE_CHECKING:
@@ -161,7 +164,7 @@ def _finite_values(c: "Compiler", items: Any, path: str, base: str) -> list | No
         if types <= {"boolean", "null"}:
             candidates = [v for v in (False, True, None) if json_type(v) in types]
         elif types == {"integer"} or types == {"integer", "number"} and flat.get("type") == "integer":
-            lo, hi = int_bounds(c._interval(flat))
+            lo, hi = int_bounds(schema_interval(c, flat))
             if lo is None or hi is None or hi - lo >= UNIQUE_VALUES:
                 return None
             candidates = list(range(lo, hi + 1))
@@ -186,7 +189,7 @@ def _contains_counts(s: dict) -> tuple[Any, int, int | None] | None:
 
 
 def _negation(c: "Compiler", schema: Any, path: str, base: str, why: list[str] | None = None) -> Any:
-    """`json_merge.negation` of `schema`, its `$ref`s and `allOf`s merged in (`Compiler.resolving`); None if none
+    """`json_negation.negation` of `schema`, its `$ref`s and `allOf`s merged in (`Compiler.resolving`); None if none
     (and the reason in `why`)."""
     return negation(schema, c.resolving(path, base), why, path, c.draft)
 

@@ -21,7 +21,8 @@ from functools import lru_cache
 from typing import Any
 
 from grammars.errors import InvalidSchemaError, SchemaNote, UnsupportedSchemaError
-from grammars.json_merge import ANNOTATIONS, LACKS, TYPES, negation
+from grammars.json_merge import ANNOTATIONS, LACKS, TYPES
+from grammars.json_negation import negation
 
 __all__ = ["check_schema", "shape_errors", "dependent_names", "KNOWN_KEYWORDS"]
 

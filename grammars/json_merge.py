@@ -1,4 +1,4 @@
-"""`allOf` as a real merge of schemas, and disjointness proofs for `oneOf`.
+"""`allOf` as a real merge of schemas, and the draft-specific rewriting (`normalize`) before it.
 
 `merge(a, b)` returns one schema whose instances are exactly those valid
 under both: types intersect, bounds tighten, `required` unions, `properties`
@@ -8,6 +8,8 @@ of keywords that cannot be combined exactly (two different `pattern`s,
 `multipleOf` 3 and 5 on numbers, `patternProperties` against `properties`,
 two different `contains`)
 raises `UnsupportedSchemaError`; nothing is ever concatenated or dropped.
+Negating a schema is `grammars.json_negation`'s; proving two schemas
+disjoint, `grammars.json_disjoint`'s.
 
 Example:
     >>> m = Merger(lambda ref, base, path: ({}, base, path), draft=2020)
@@ -24,9 +26,9 @@ from typing import Any, Callable
 
 from grammars.ecma import both_patterns
 from grammars.errors import StateBudgetError, UnsupportedSchemaError
-from grammars.json_values import json_equal, json_key, json_type
+from grammars.json_values import json_equal, json_key
 
-__all__ = ["Merger", "LACKS", "lacking", "normalize", "negation", "TYPES", "ANNOTATIONS", "UNEVALUATED", "type_set", "disjoint"]
+__all__ = ["Merger", "LACKS", "lacking", "normalize", "TYPES", "ANNOTATIONS", "UNEVALUATED"]
 
 TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
 ANNOTATIONS = frozenset({
@@ -34,15 +36,6 @@ ANNOTATIONS = frozenset({
     "contentMediaType", "contentEncoding", "contentSchema", "$schema", "$id", "$anchor",
     "$dynamicAnchor", "$vocabulary", "$defs", "definitions", "discriminator",
 })
-# Subschemas nested in one negation (`negation`): a recursive `$ref` has no negation of this kind.
-NEGATION_DEPTH = 8
-NEGATION_SIZE = 2000
-# Keywords that constrain nothing when their schema is `true` or `{}`.
-_VACUOUS_WHEN_TRUE = frozenset(("additionalProperties", "additionalItems", "items", "propertyNames",
-                                "unevaluatedProperties", "unevaluatedItems"))
-# A negated `oneOf` ("none of its branches, or two") whose branches may overlap in more pairs than
-# this has no form here (each pair is a branch of the negation).
-ONE_OF_PAIRS = 6
 _MAX_KW = ("maxLength", "maxItems", "maxProperties", "maximum", "exclusiveMaximum")
 _MIN_KW = ("minLength", "minItems", "minProperties", "minimum", "exclusiveMinimum")
 _OBJECT_SHAPE = ("properties", "additionalProperties", "patternProperties")
@@ -57,8 +50,8 @@ ResolveFn = Callable[[str, str, str], tuple[Schema, str, str]]
 # generated for a schema that uses one must be valid under both readings, so the keyword is enforced
 # where that only narrows what passes, and ignored inside negations (`not`, the other branches of a
 # `oneOf`, an `if`'s), where enforcing it would let more pass: `normalize(..., negated=True)` and
-# `negation` drop them. (A keyword the draft lacks that does not compile exactly is ignored, as its
-# validators do: `grammars.json_checks`.)
+# `json_negation.negation` drop them. (A keyword the draft lacks that does not compile exactly is
+# ignored, as its validators do: `grammars.json_checks`.)
 _SINCE_2019 = ("dependentRequired", "dependentSchemas", "minContains", "maxContains", "unevaluatedProperties",
                "unevaluatedItems", "prefixItems")
 LACKS: dict[int, tuple[str, ...]] = {4: ("const", "contains", "propertyNames", "if", "then", "else", *_SINCE_2019),
@@ -124,6 +117,7 @@ def _dependent_schemas(out: dict) -> None:
     object's layout enforces itself) as conditions: a value that is no object, an object
     without the name, or one with it that satisfies the schema."""
     from grammars.json_checks import dependent_names   # (it imports this module)
+    from grammars.json_negation import negation        # (the same)
 
     for key in ("dependentSchemas", "dependencies"):
         deps = out.get(key)
@@ -153,6 +147,8 @@ def _logic(out: dict, draft: int) -> None:
     """`if`/`then`/`else`, and a `not` the compiler does not negate itself, as `allOf`/`anyOf` of
     schemas it compiles exactly (`negation`); left as they are where no such form exists (and
     refused by `grammars.json_checks`)."""
+    from grammars.json_negation import negation, plain_not   # (it imports this module)
+
     if "if" in out:
         cond, then, other = out["if"], out.get("then", True), out.get("else", True)
         neg = None if then is True and other is True else negation(cond, draft=draft)  # without then/else: none
@@ -167,339 +163,6 @@ def _logic(out: dict, draft: int) -> None:
             del out["not"]
             out["allOf"] = [*out.get("allOf", []), neg]
 
-
-def plain_not(n: Schema) -> bool:
-    """`not: n` of the forms the compiler excludes directly: types, scalar enum/const, a pattern, a format,
-    anyOf of those."""
-    if isinstance(n, bool):
-        return True
-    if not isinstance(n, dict):
-        return False
-    keys = {k for k in n if k not in ANNOTATIONS}
-    if keys == {"anyOf"}:
-        return isinstance(n["anyOf"], list) and all(plain_not(b) for b in n["anyOf"])
-    if "pattern" in keys:      # strings matching it (`json_string_sets`)
-        return keys <= {"type", "pattern"} and n.get("type", "string") == "string"
-    if "format" in keys:       # strings in it (the same)
-        return keys <= {"type", "format"} and n.get("type", "string") == "string"
-    return keys <= {"type", "enum", "const"}
-
-
-# A numeric bound fails on the numbers past it: (the type it applies to, the opposite bound, same value).
-_BOUND_NEGATIONS = {"minimum": ("number", "exclusiveMaximum"), "maximum": ("number", "exclusiveMinimum"),
-                    "exclusiveMinimum": ("number", "maximum"), "exclusiveMaximum": ("number", "minimum")}
-# A count bound fails on the instances past it: (their type, the opposite bound, its value minus this one).
-_COUNT_NEGATIONS = {"minLength": ("string", "maxLength", -1), "maxLength": ("string", "minLength", 1),
-                    "minItems": ("array", "maxItems", -1), "maxItems": ("array", "minItems", 1),
-                    "minProperties": ("object", "maxProperties", -1), "maxProperties": ("object", "minProperties", 1)}
-
-
-def negation(s: Schema, resolve: Callable[[Schema], Schema] | None = None,
-             why: list[str] | None = None, at: str = "$", draft: int = 2020) -> Schema | None:
-    """A schema valid exactly where `s` is not, made of forms compiled exactly; None if there is none here.
-
-    Negation goes through `not` (twice is none), `allOf` and `anyOf` (De Morgan), and splits a schema's
-    keywords (each constrains alone): types and scalar `enum`/`const` are excluded by `not`; a
-    `required` name becomes "an object without it"; a property's schema, "an object with it, and
-    its value valid under the property's negation"; `if`, "valid under it and not under `then`, or
-    under neither it nor `else`"; `contains` (without `minContains`/`maxContains`),
-    "an array whose items are all valid under its negation"; `items` (one schema), "an array with
-    an item valid under its negation"; `dependentRequired`, `dependentSchemas` and `dependencies`,
-    "an object with the name, and without a name it requires or invalid under its schema";
-    `oneOf`, "none of its branches, or two that may overlap
-    (not provably `disjoint`)"; a bound, a value of its type beyond
-    it (`minimum: 3` fails on numbers below 3, `maxLength: 5` on strings of 6 or more); a
-    `pattern` or a `format`, a string that does not match it; `propertyNames: false`, an object
-    with a member; `propertyNames` that rules out listed names (`not` of an `enum` or `const`), an
-    object with one of them. Other keywords (`multipleOf`, `additionalProperties`, ...) have no such form here.
-
-    `resolve`, where given, is applied to `s` and to every subschema negated inside it first: the
-    compiler's (`Compiler.resolving`) merges a `$ref` and `allOf` in and drops what it ignores
-    (unknown keywords, a `format` it does not know). Past `NEGATION_DEPTH` nested subschemas (a
-    recursive `$ref`) or `NEGATION_SIZE` subschemas negated in all (references shared by many
-    parts) there is no form. Where there is none, `why` (a list, when given) gets the reason: the
-    keyword and where it is (`at`: the path of `s`).
-
-    Example:
-        >>> negation({"properties": {"mode": {"const": "a"}}, "required": ["mode"]})
-        {'anyOf': [{'type': 'object', 'required': ['mode'], 'properties': {'mode': {'not': {'const': 'a'}}}}, \
-{'type': 'object', 'properties': {'mode': False}}]}
-    """
-    return _negation(s, resolve, draft, 0, [NEGATION_SIZE], [] if why is None else why, at)
-
-
-def _none(why: list[str], reason: str) -> None:
-    """No form: keep the first (innermost) reason."""
-    if not why:
-        why.append(reason)
-
-
-def _negation(s: Schema, resolve: Callable[[Schema], Schema] | None, draft: int, depth: int, left: list[int],
-              why: list[str], at: str) -> Schema | None:
-    left[0] -= 1
-    if depth > NEGATION_DEPTH:
-        return _none(why, f"{at} is nested more than {NEGATION_DEPTH} subschemas deep (a recursive $ref: "
-                          "the values it fails are not a regular language)")
-    if left[0] < 0:
-        return _none(why, f"it has more than {NEGATION_SIZE} subschemas to negate")
-    if isinstance(s, dict):
-        s = lacking(s, draft)                     # (ignored here: the draft lacks them)
-    if resolve is not None and isinstance(s, dict):
-        try:
-            s = resolve(s)
-        except UnsupportedSchemaError as e:         # a reference cycle through $ref/allOf, say
-            return _none(why, f"{at} cannot be resolved ({e})")
-    if isinstance(s, bool):
-        return not s
-    if not isinstance(s, dict):
-        return _none(why, f"{at} is not a schema")
-    inner = depth + 1
-    keys = [k for k in s if k not in ANNOTATIONS]
-    parts: list[Schema] = []                      # `s` fails when any of these holds
-    simple = {k: s[k] for k in keys if k in ("type", "enum", "const")}
-    if simple:
-        values = list(simple.get("enum", [])) + ([simple["const"]] if "const" in simple else [])
-        if any(isinstance(v, (dict, list)) for v in values):
-            return _none(why, f"`enum`/`const` at {at} lists objects or arrays")
-        parts.append({"not": simple})
-    for key in keys:
-        value = s[key]
-        if key in simple or (key in _VACUOUS_WHEN_TRUE and (value is True or value == {})):
-            continue                                # (`additionalProperties: true` fails nothing)
-        if key == "not":
-            parts.append(value)
-        elif key in ("allOf", "anyOf") and isinstance(value, list):
-            negs = [_negation(b, resolve, draft, inner, left, why, f"{at}.{key}[{i}]") for i, b in enumerate(value)]
-            if any(n is None for n in negs):
-                return None
-            if key == "allOf":
-                parts.extend(negs)
-            else:
-                parts.append({"allOf": negs} if len(negs) > 1 else negs[0])
-        elif key == "oneOf" and isinstance(value, list):
-            # no branch holds, or two do (only branches not provably disjoint can both hold; those
-            # read as negated, which may take more, and "both hold" read as written)
-            branches = [lacking(b, draft) if isinstance(b, dict) else b for b in value]
-            if resolve is not None:
-                try:
-                    branches = [resolve(b) if isinstance(b, dict) else b for b in branches]
-                except UnsupportedSchemaError as e:
-                    return _none(why, f"{at}.oneOf cannot be resolved ({e})")
-            negs = [_negation(b, resolve, draft, inner, left, why, f"{at}.oneOf[{i}]") for i, b in enumerate(branches)]
-            if any(n is None for n in negs):
-                return None
-            both = [{"allOf": [value[i], value[k]]} for i in range(len(value)) for k in range(i + 1, len(value))
-                    if not disjoint(branches[i], branches[k])]
-            if len(both) > ONE_OF_PAIRS:
-                return _none(why, f"{at}.oneOf has more than {ONE_OF_PAIRS} pairs of branches that may overlap")
-            parts.append({"allOf": negs} if len(negs) > 1 else negs[0])
-            parts.extend(both)
-        elif key == "required" and isinstance(value, list):
-            parts.extend({"type": "object", "properties": {r: False}} for r in value)
-        elif key == "properties" and isinstance(value, dict):
-            for name, prop in value.items():
-                neg = _negation(prop, resolve, draft, inner, left, why, f"{at}.properties.{name}")
-                if neg is None:
-                    return None
-                if neg is not False:
-                    parts.append({"type": "object", "required": [name], "properties": {name: neg}})
-        elif key in _BOUND_NEGATIONS and type(value) in (int, float):
-            applies, opposite = _BOUND_NEGATIONS[key]     # minimum m fails on numbers below m, ...
-            parts.append({"type": applies, opposite: value})
-        elif key in _COUNT_NEGATIONS and type(value) is int and value >= 0:
-            applies, opposite, step = _COUNT_NEGATIONS[key]   # minLength n fails on strings shorter, ...
-            if value + step >= 0:
-                parts.append({"type": applies, opposite: value + step})
-        elif key == "pattern" and isinstance(value, str):
-            parts.append({"type": "string", "not": {"pattern": value}})     # a string it does not match
-        elif key == "format" and isinstance(value, str):
-            parts.append({"type": "string", "not": {"format": value}})       # a string not in the format
-        elif key == "propertyNames" and value is False:
-            parts.append({"type": "object", "minProperties": 1})             # an object with any member
-        elif key == "propertyNames" and (listed := _listed_names(value)) is not None:
-            # names not in a list: fails on an object with a member of the list
-            parts.extend({"type": "object", "required": [n]} for n in listed)
-        elif key == "if":
-            # fails where the condition holds and `then` fails, or it fails and `else` does
-            then, other = s.get("then", True), s.get("else", True)
-            if then is not True:
-                neg = _negation(then, resolve, draft, inner, left, why, f"{at}.then")
-                if neg is None:
-                    return None
-                if neg is not False:
-                    parts.append({"allOf": [value, neg]})
-            if other is not True:
-                neg = _negation(other, resolve, draft, inner, left, why, f"{at}.else")
-                cond = None if neg is None else _negation(value, resolve, draft, inner, left, why, f"{at}.if")
-                if cond is None:
-                    return None
-                if neg is not False and cond is not False:
-                    parts.append({"allOf": [cond, neg]})
-        elif key in ("then", "else"):
-            continue                                # (with `if`, above; alone they constrain nothing)
-        elif key == "contains":       # (with minContains or maxContains beside it: no form, below)
-            neg = _negation(value, resolve, draft, inner, left, why, f"{at}.contains")
-            if neg is None:
-                return None
-            parts.append({"type": "array", "items": neg})
-        elif key in ("dependentRequired", "dependentSchemas", "dependencies") and isinstance(value, dict):
-            # fails on an object with a name and without a name it requires, or with one and
-            # invalid under its schema
-            for name, dep in value.items():
-                if isinstance(dep, list) and key != "dependentSchemas" and all(isinstance(r, str) for r in dep):
-                    parts.extend({"type": "object", "required": [name], "properties": {r: False}} for r in dep)
-                elif isinstance(dep, (dict, bool)) and key != "dependentRequired":
-                    neg = _negation(dep, resolve, draft, inner, left, why, f"{at}.{key}.{name}")
-                    if neg is None:
-                        return None
-                    if neg is not False:
-                        parts.append({"allOf": [{"type": "object", "required": [name]}, neg]})
-                else:
-                    return _none(why, f"`{key}` at {at} has no negation here")
-        elif key == "items" and isinstance(value, (dict, bool)) and "prefixItems" not in s:
-            neg = _negation(value, resolve, draft, inner, left, why, f"{at}.items")  # (past prefixItems: the rest only)
-            if neg is None:
-                return None
-            if neg is not False:
-                parts.append({"type": "array", "contains": neg})
-        else:
-            return _none(why, f"`{key}` at {at} has no negation here")
-    parts = [p for p in parts if p is not False]
-    if any(p is True for p in parts):
-        return True
-    if not parts:
-        return False
-    return parts[0] if len(parts) == 1 else {"anyOf": parts}
-
-
-def _listed_names(names: Schema) -> list[str] | None:
-    """The names ``{"not": {"enum": [...]}}`` (or `const`) as `propertyNames` rules out, else None."""
-    if not (isinstance(names, dict) and set(names) == {"not"} and isinstance(names["not"], dict)):
-        return None
-    listed = names["not"]
-    if set(listed) == {"enum"} and isinstance(listed["enum"], list):
-        return [n for n in listed["enum"] if isinstance(n, str)]
-    if set(listed) == {"const"}:
-        return [listed["const"]] if isinstance(listed["const"], str) else []
-    return None
-
-
-# Keywords that look at instances of one JSON type only (every value of another type passes them).
-KEYWORD_TYPE = {
-    **dict.fromkeys(("minLength", "maxLength", "pattern", "format"), "string"),
-    **dict.fromkeys(("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"), "number"),
-    **dict.fromkeys(("properties", "patternProperties", "additionalProperties", "required", "minProperties",
-                     "maxProperties", "propertyNames", "dependentRequired", "dependentSchemas", "dependencies",
-                     "unevaluatedProperties"), "object"),
-    **dict.fromkeys(("items", "prefixItems", "additionalItems", "contains", "minContains", "maxContains",
-                     "minItems", "maxItems", "uniqueItems", "unevaluatedItems"), "array"),
-}
-
-
-def type_set(s: Schema) -> set[str]:
-    """Types an instance of `s` may have, from `type` and `enum` only."""
-    if s is False:
-        return set()
-    if not isinstance(s, dict):
-        return set(TYPES)
-    t = s.get("type")
-    types = set(TYPES) if t is None else ({t} if isinstance(t, str) else set(t))
-    if "number" in types:
-        types.add("integer")  # "integer" here means integer-valued numbers
-    if "enum" in s:
-        types &= {json_type(v) for v in s["enum"]}
-    return types
-
-
-def _discriminators(s: dict, draft: int) -> dict[str, set]:
-    """Required properties whose values are pinned by enum/const (`const` where `draft` has it):
-    name -> value keys."""
-    out = {}
-    props = s.get("properties", {})
-    for name in s.get("required", []):
-        sub = _read(props.get(name), draft)
-        if isinstance(sub, dict):
-            vals = sub.get("enum", [sub["const"]] if "const" in sub else None)
-            if vals is not None:
-                out[name] = {json_key(v) for v in vals}
-    return out
-
-
-def disjoint(a: Schema, b: Schema, draft: int = 2020) -> bool:
-    """True when no instance can satisfy both (a sufficient check, never a guess). `draft`: the
-    subschemas inside `a` and `b` are read without the keywords it lacks (`LACKS`), as inside a
-    negation (`a` and `b` themselves are given so read)."""
-    ta, tb = type_set(a), type_set(b)
-    if not ta & tb:
-        return True
-    if not (isinstance(a, dict) and isinstance(b, dict)):
-        return False
-    if "enum" in a and "enum" in b:
-        if not {json_key(v) for v in a["enum"]} & {json_key(v) for v in b["enum"]}:
-            return True
-    if ta & tb == {"object"}:
-        da, db = _discriminators(a, draft), _discriminators(b, draft)
-        if any(not da[k] & db[k] for k in da.keys() & db.keys()):
-            return True
-        return _objects_disjoint(a, b, draft)
-    return False
-
-
-def _forbids(s: dict, name: str) -> bool:
-    """No object valid under `s` has a member `name` (`properties` false, or not declared
-    where `additionalProperties` is false and no pattern may take it)."""
-    props = s.get("properties", {})
-    if not isinstance(props, dict):
-        return False
-    if name in props:
-        return props[name] is False
-    return s.get("additionalProperties", True) is False and not s.get("patternProperties")
-
-
-def _objects_disjoint(a: dict, b: dict, draft: int) -> bool:
-    """No object is valid under both: one requires a member the other forbids, or both
-    require a member whose schemas are disjoint."""
-    ra = [k for k in a.get("required", ()) if isinstance(k, str)]
-    rb = [k for k in b.get("required", ()) if isinstance(k, str)]
-    if any(_forbids(b, k) for k in ra) or any(_forbids(a, k) for k in rb):
-        return True
-    pa, pb = a.get("properties", {}), b.get("properties", {})
-    if not (isinstance(pa, dict) and isinstance(pb, dict)):
-        return False
-    return any(k in pa and k in pb and disjoint(_read(pa[k], draft), _read(pb[k], draft), draft)
-               for k in set(ra) & set(rb))
-
-
-def _read(s: Schema, draft: int) -> Schema:
-    """A nested subschema as `disjoint` may read it: without the keywords its draft lacks, and in
-    drafts 4 to 7 a `$ref` as anything (its siblings are ignored there; its target is not looked at)."""
-    if not isinstance(s, dict):
-        return s
-    if draft <= 7 and "$ref" in s:
-        return True
-    return lacking(s, draft)
-
-
-def whole_types(s: Schema) -> set[str]:
-    """Types of which `s` accepts every value (a sufficient check: its assertions all look at
-    other types). "integer" and "number" count only together."""
-    if s is True:
-        return set(TYPES)
-    if not isinstance(s, dict) or "enum" in s or "const" in s:
-        return set()
-    from grammars.json_checks import KNOWN_KEYWORDS   # (it imports this module)
-
-    out = type_set(s)
-    for key in s:
-        if key == "type" or key in ANNOTATIONS or key not in KNOWN_KEYWORDS:
-            continue
-        t = KEYWORD_TYPE.get(key)
-        if t is None:                    # a keyword for every type (allOf, not, $ref, ...)
-            return set()
-        out.discard(t)
-    if "number" not in out:
-        out.discard("integer")
-    return out
 
 
 # Merging recurses along the subschemas merged (their properties, items). A recursive `$ref`

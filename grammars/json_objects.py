@@ -6,25 +6,9 @@ ones: users order fields on purpose ("reasoning" before "answer"), so that
 is the default. A small dynamic program over (member index, members so far)
 places the commas and enforces `minProperties`/`maxProperties` exactly.
 
-With `any_order=True` every member order is accepted, exactly, in O(n)
-states: the body is one `AnyOrder` node, whose NFA (`grammars.fragments`)
-pushes a frame holding the *set* of members taken (an int64 bit set, like a
-counter loop's count) and tests it with call edges: PICK takes member i if
-none of its bans is taken (its own bit: no key twice), CHECK tests `required`
-and each dependency at the end, COUNT counts the optional members for
-`minProperties`/`maxProperties` (in the frame's bits 55..61), CLEAR lets a
-comma through only when some member can still come, LEAVE pops. The DFA
-builds the sets that generation reaches, lazily; listing the orders instead
-grows like n! (the layout this replaced stopped at 6 properties). Each
-member's ban mask is computed here so that every set the DFA can reach
-still completes (`need` ignores the frame): member j is banned after i when
-what i and j need, transitively, clashes with a dependency's forbidden
-names. Limits: 62 properties per object (55 with counts, of at most 127
-optional members), and no counts together with dependencies (a count of
-what the needs add is not a bit test): past them the object is laid out in
-declared order, with a note in the compile report (a "declared order"
-`SchemaNote`, warned), rather than refusing a schema that compiles without
-the option (10 of the 599 dev schemas have an object of 63 to 131 members).
+With `any_order=True` every member order is accepted, exactly: the body is
+one `AnyOrder` node (`grammars.json_any_order`), or, past its limits, the
+declared order.
 
 Additional keys never repeat a declared name (the parsed object would keep
 the last duplicate, whose value was never checked against its schema).
@@ -48,19 +32,20 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from grammars.ast import ANY_ORDER_MEMBERS, COUNT_CAP, COUNT_SHIFT, EMPTY, NOTHING, AnyOrder, Node, alt, optional, seq
-from grammars.errors import SchemaNote, UnsupportedSchemaError
+from grammars.ast import EMPTY, NOTHING, Node, alt, optional, seq
+from grammars.errors import UnsupportedSchemaError
+from grammars.json_any_order import any_order_body
 from grammars.json_checks import dependent_names
 from grammars.json_string_sets import difference
 from grammars.json_strings import any_string_body, key_literal, quoted, string_literal, string_not_in
 from grammars.json_length import expanded_size
+from grammars.json_patterns import pattern_body, pattern_matches, pattern_universal
 from grammars.json_values import counted, union, unit
 
 if TYPE_CHECKING:
     from grammars.json_schema import Compiler
 
-__all__ = ["object_node", "dependencies", "dependency_names", "ANY_ORDER_MEMBERS", "DEPENDENCY_LIMIT",
-           "PATTERN_GROUPS_LIMIT"]
+__all__ = ["object_node", "dependencies", "dependency_names", "MemberRules", "DEPENDENCY_LIMIT", "PATTERN_GROUPS_LIMIT"]
 
 _DEPENDENCY_KEYS = frozenset(("dependentRequired", "dependentSchemas", "dependencies"))
 # Properties that `dependentRequired` / `dependentSchemas` / `dependencies` may mention in one object:
@@ -103,9 +88,9 @@ def object_node(c: "Compiler", s: dict, path: str, base: str) -> Node:
     declared = set(names)
     extra_member = _extra_member(c, declared, patterns, extra, names_schema, path, base)
     lo, hi = s.get("minProperties", 0), s.get("maxProperties")
-    rules = _Rules.of(requires, forbids, index_of) if requires or forbids else None
+    rules = MemberRules.of(requires, forbids, index_of) if requires or forbids else None
     if c.any_order and (len(members) > 1 or (members and extra_member is not None)):
-        body = _any_order(c, members, extra_member, lo, hi, rules, path)
+        body = any_order_body(c, members, extra_member, lo, hi, rules, path)
         if body is not None:
             return c.ws.obj(body)
     if rules is not None and len(rules.relevant) > DEPENDENCY_LIMIT:
@@ -149,7 +134,7 @@ def dependencies(s: dict, path: str) -> tuple[dict[str, list[str]], dict[str, li
     return requires, forbids
 
 
-class _Rules:
+class MemberRules:
     """Dependencies between an object's members, by member index: taking member i needs every
     member of `needs[i]` (-1: one that can never be there) and none of `bans[i]`."""
 
@@ -160,7 +145,7 @@ class _Rules:
 
     @classmethod
     def of(cls, requires: dict[str, list[str]], forbids: dict[str, list[str]],
-           index_of: dict[str, int]) -> "_Rules | None":
+           index_of: dict[str, int]) -> "MemberRules | None":
         needs = {index_of[a]: frozenset(index_of.get(b, -1) for b in bs if b != a)
                  for a, bs in requires.items() if a in index_of}
         bans = {index_of[a]: frozenset(index_of[x] for x in xs if x in index_of)
@@ -185,7 +170,7 @@ class _Rules:
 
 def _declared_schema(c: "Compiler", name: str, props: dict, patterns: dict, extra: Any, path: str) -> Any:
     """A declared name's schema, merged with every patternProperties schema it matches."""
-    matching = [sub for p, sub in patterns.items() if c.pattern_matches(p, name, f"{path}.patternProperties")]
+    matching = [sub for p, sub in patterns.items() if pattern_matches(c, p, name, f"{path}.patternProperties")]
     sub = props[name] if name in props else (matching.pop(0) if matching else extra)
     for other in matching:
         sub = c.merger.merge(sub, other, f"{path}.properties.{name}")
@@ -233,7 +218,7 @@ def _pattern_member(c: "Compiler", declared: set, patterns: dict, extra: Any, na
     A key's value must satisfy the schema of every pattern it matches, and
     additionalProperties when it matches none. The simple cases keep plain
     nodes: when a pattern matches every name (`.*`, `^[a-z]*` under search
-    semantics, proven on the automata: `Compiler.pattern_universal`) and all
+    semantics, proven on the automata: `json_patterns.pattern_universal`) and all
     patterns share one schema, a member is any other name with that schema;
     with additionalProperties false, one schema and no declared name matching
     a pattern, the names are the patterns'. Otherwise the names of each group
@@ -245,20 +230,20 @@ def _pattern_member(c: "Compiler", declared: set, patterns: dict, extra: Any, na
     where = f"{path}.patternProperties"
     if names_schema is not True:
         raise UnsupportedSchemaError("propertyNames", path, "together with patternProperties")
-    every = {p for p in patterns if c.pattern_universal(p, where)}      # patterns matching every name
+    every = {p for p in patterns if pattern_universal(c, p, where)}      # patterns matching every name
     universal = bool(every)
     schemas = list(patterns.values())
     same = len({json.dumps(v, sort_keys=True, default=str) for v in schemas}) == 1
     if universal and same:
         value = c.node(schemas[0], where, base)
         return None if value == NOTHING else seq(quoted(string_not_in(declared, c.tries)), c.ws.colon, value)
-    clash = any(c.pattern_matches(p, name, where) for name in declared for p in patterns)
+    clash = any(pattern_matches(c, p, name, where) for name in declared for p in patterns)
     if same and (extra is False or universal) and not clash:
         value = c.node(schemas[0], where, base)
         if value == NOTHING:
             return None
-        return seq(quoted(alt(*(c.pattern_body(p, where) for p in patterns))), c.ws.colon, value)
-    bodies = {p: c.pattern_body(p, where) for p in patterns}
+        return seq(quoted(alt(*(pattern_body(c, p, where) for p in patterns))), c.ws.colon, value)
+    bodies = {p: pattern_body(c, p, where) for p in patterns}
     names = [string_literal(n) for n in sorted(declared)]       # every spelling of each
     # (bodies a key matches, bodies it does not, the schemas its value must satisfy, their path)
     groups: list[tuple[list[Node], list[Node], list[Any], str]] = []
@@ -315,7 +300,7 @@ class _Layout:
     """Comma placement and member counting for one object body."""
 
     def __init__(self, c: "Compiler", members: list[tuple[Node, bool]], extra: Node | None,
-                 lo: int, hi: int | None, rules: _Rules | None = None) -> None:
+                 lo: int, hi: int | None, rules: MemberRules | None = None) -> None:
         self.ws = c.ws
         self.members, self.extra, self.lo, self.hi, self.rules = members, extra, lo, hi, rules
         # Counts saturate at cap; count > 0 doubles as "a comma is needed".
@@ -389,7 +374,7 @@ class _Layout:
         return union(nonempty, self._extras(0)) if first_required == n else nonempty
 
     def ruled(self) -> Node:
-        """`ordered` with dependencies between members (`_Rules`): the state adds, of the members
+        """`ordered` with dependencies between members (`MemberRules`): the state adds, of the members
         taken, those a dependency mentions (2^k states for k of them; schemas have one or two)."""
         rules, n = self.rules, len(self.members)
 
@@ -409,95 +394,3 @@ class _Layout:
             return self.memo[key]
 
         return tail(0, 0, frozenset())
-
-
-def _any_order(c: "Compiler", members: list[tuple[Node, bool]], extra: Node | None, lo: int, hi: int | None,
-               rules: _Rules | None, path: str) -> Node | None:
-    """The members in any order: an `AnyOrder` node (see the module docstring), or NOTHING; None
-    (with a note in the compile report) past the frame's limits: declared order then.
-
-    Member i is bit i of the set taken. Only members that some valid object can hold are
-    kept, and each one's ban mask holds every member whose presence, with what the two
-    need (transitively) and what is required, breaks a dependency: so every set the DFA
-    reaches can still be completed, as `need` (which ignores the set) assumes.
-    """
-    n = len(members)
-    closures = _closures(n, rules)
-    required = _bits(i for i, (_, req) in enumerate(members) if req)
-    req_set = frozenset(j for i in _members(required) for j in closures[i])   # required, and what they need
-    if -1 in req_set or not _consistent(req_set, rules):
-        return NOTHING
-    keep = [i for i in range(n) if -1 not in closures[i] and _consistent(closures[i] | req_set, rules)]
-    counted_lo, counted_hi = _counts(lo, hi, len(req_set), sum(i not in req_set for i in keep), extra is not None)
-    if counted_lo < 0:
-        return NOTHING
-    counted = counted_lo > 0 or counted_hi >= 0
-    limit = COUNT_SHIFT if counted else ANY_ORDER_MEMBERS
-    why = None
-    if len(keep) > limit:
-        why = (f"any_order=True takes at most {limit} properties per object"
-               f"{' with minProperties/maxProperties' if counted else ''} (the set taken is a 64-bit frame), "
-               f"got {len(keep)}")
-    elif counted and rules is not None:
-        why = "any_order=True does not count members together with dependencies"
-    elif max(counted_lo, counted_hi) > COUNT_CAP:
-        why = f"any_order=True counts at most {COUNT_CAP} optional members, got {max(counted_lo, counted_hi)}"
-    if why is not None:
-        c.notes.append(SchemaNote("properties", path, "declared order", why))
-        return None
-    bit = {i: k for k, i in enumerate(keep)}            # member index -> its bit
-    bans, needs = [], []
-    for i in keep:
-        clash = [j for j in keep if j == i or (rules is not None and not _consistent(closures[i] | closures[j], rules))]
-        bans.append(_bits(bit[j] for j in clash))
-        if rules is not None and rules.needs.get(i) and i not in req_set:
-            needs.append((bit[i], _bits(bit[j] for j in rules.needs[i])))
-    return AnyOrder(tuple(members[i][0] for i in keep), tuple(bans),
-                    _bits(bit[i] for i in req_set), tuple(needs), NOTHING if extra is None else extra, c.ws.sep,
-                    counted_lo, counted_hi)
-
-
-def _closures(n: int, rules: _Rules | None) -> list[frozenset[int]]:
-    """Per member, itself and every member it needs, transitively (-1: one never there)."""
-    out = []
-    for i in range(n):
-        seen, todo = {i}, [i]
-        while todo:
-            j = todo.pop()
-            for k in (rules.needs.get(j, ()) if rules is not None and j >= 0 else ()):
-                if k not in seen:
-                    seen.add(k)
-                    todo.append(k)
-        out.append(frozenset(seen))
-    return out
-
-
-def _consistent(taken: frozenset[int], rules: _Rules | None) -> bool:
-    """No member of `taken` forbids one of `taken` (itself included)."""
-    return rules is None or not any(rules.bans.get(i, frozenset()) & taken for i in taken)
-
-
-def _counts(lo: int, hi: int | None, n_required: int, n_optional: int, extra: bool) -> tuple[int, int]:
-    """minProperties/maxProperties as bounds on the members outside the required ones: (lo, hi),
-    hi -1 for none, lo -1 when no object fits; a bound that nothing can break is dropped."""
-    lo = max(0, lo - n_required)
-    if hi is not None:
-        hi -= n_required
-        if hi < lo:
-            return -1, -1
-        if not extra and hi >= n_optional:
-            hi = None
-    if not extra and lo > n_optional:
-        return -1, -1
-    return lo, -1 if hi is None else hi
-
-
-def _bits(indices: Any) -> int:
-    out = 0
-    for i in indices:
-        out |= 1 << i
-    return out
-
-
-def _members(mask: int) -> list[int]:
-    return [i for i in range(mask.bit_length()) if mask >> i & 1]

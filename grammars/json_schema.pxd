@@ -5,7 +5,7 @@
 cdef class Compiler:
     cdef dict __dict__
     cdef public object root, ws, strict, numbers, value, any_order, approximate, draft, resolver, merger, budget
-    cdef public dict rules, _rule_of, _inline, _patterns, _bodies, _matchers, _acceptors, labels, tries
+    cdef public dict rules, _rule_of, _inline, pattern_bodies, string_bodies, matchers, _acceptors, labels, tries
     cdef public set _stack
     cdef public Py_ssize_t _depth
     cdef public list empty, notes

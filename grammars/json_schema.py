@@ -31,11 +31,11 @@ always get at least `max_recursion_depth` levels.
 | `propertyNames` | exact for declared names; extra keys: the strings valid under it (compiled as a string value, every keyword included) when no declared name is admitted, or as an `enum` |
 | `minProperties` `maxProperties` | exact (counted over declared + additional members); unsupported when the counted layout exceeds the size budget (400k NFA states) |
 | `items` `prefixItems` `minItems` `maxItems` | exact; draft-7 `items: [...]` + `additionalItems` too |
-| `contains` `minContains` `maxContains` | exact on arrays (`json_arrays`), other types unaffected: at least `minContains` (default 1; 0: no lower bound) items valid under `contains`, any schema that compiles; `maxContains` exact when `contains` has a negation (`json_merge.negation`: types, enum/const, required, properties, not/allOf/anyOf of those), else unsupported; with `prefixItems`, `minItems` or `maxItems` a (position, count) product, unsupported past the size budget; `allOf` of two different `contains` unsupported; in draft-04/06/07 schemas, which lack some of these, see `json_merge.LACKS` |
+| `contains` `minContains` `maxContains` | exact on arrays (`json_arrays`), other types unaffected: at least `minContains` (default 1; 0: no lower bound) items valid under `contains`, any schema that compiles; `maxContains` exact when `contains` has a negation (`json_negation.negation`: types, enum/const, required, properties, not/allOf/anyOf of those), else unsupported; with `prefixItems`, `minItems` or `maxItems` a (position, count) product, unsupported past the size budget; `allOf` of two different `contains` unsupported; in draft-04/06/07 schemas, which lack some of these, see `json_merge.LACKS` |
 | `allOf` | real merge (types intersect, bounds tighten, properties merge recursively, patternProperties union unless a side has additionalProperties, required union, anyOf/oneOf distribute); unmergeable pairs unsupported |
 | `anyOf` | exact (each branch merged with the sibling keywords) |
-| `oneOf` | exact: branches provably disjoint (types, enum values, a required discriminator property with distinct const/enum, or a member one requires and the other forbids) as they are; types of which two branches take every value (no type and only object keywords) left out of both; a branch that may overlap others holds with their negations (`json_merge.negation`: types, enum/const, bounds, required, properties, items, contains, pattern, a known format, `propertyNames: false`, dependencies, a nested oneOf, not/allOf/anyOf of those, through local `$ref`s; unknown keywords and formats, ignored when compiling, ignored there too; at most `ONE_OF_NEGATIONS` in all); else unsupported (`allow_approximate`: compiled as anyOf) |
-| `not` | exact for types, enum/const of scalars (numbers: excluded points; strings: complement of a finite set, or with other string keywords their strings minus the set, by `json_string_sets`), a `pattern` or a known `format` (strings it does not match, with any other string keywords: `json_string_sets`, a product of automata bounded by `MAX_STATES`; an unknown format, an annotation, excludes every string), and anyOf of those; and, rewritten as `allOf`/`anyOf` (`json_merge.negation`), for `not`, `allOf`, `anyOf`, `required`, `properties`, `contains` (without min/maxContains), `propertyNames: false` (an object with a member) and bounds (`minimum` ... `maxProperties`: a value of their type past them) of such forms (`not: {required: [a]}` is "an object without a") |
+| `oneOf` | exact: branches provably disjoint (types, enum values, a required discriminator property with distinct const/enum, or a member one requires and the other forbids) as they are; types of which two branches take every value (no type and only object keywords) left out of both; a branch that may overlap others holds with their negations (`json_negation.negation`: types, enum/const, bounds, required, properties, items, contains, pattern, a known format, `propertyNames: false`, dependencies, a nested oneOf, not/allOf/anyOf of those, through local `$ref`s; unknown keywords and formats, ignored when compiling, ignored there too; at most `json_branches.ONE_OF_NEGATIONS` in all); else unsupported (`allow_approximate`: compiled as anyOf) |
+| `not` | exact for types, enum/const of scalars (numbers: excluded points; strings: complement of a finite set, or with other string keywords their strings minus the set, by `json_string_sets`), a `pattern` or a known `format` (strings it does not match, with any other string keywords: `json_string_sets`, a product of automata bounded by `MAX_STATES`; an unknown format, an annotation, excludes every string), and anyOf of those; and, rewritten as `allOf`/`anyOf` (`json_negation.negation`), for `not`, `allOf`, `anyOf`, `required`, `properties`, `contains` (without min/maxContains), `propertyNames: false` (an object with a member) and bounds (`minimum` ... `maxProperties`: a value of their type past them) of such forms (`not: {required: [a]}` is "an object without a") |
 | `if` / `then` / `else` | exact when `if` has such a negation: (if and then) or (not if and else), e.g. a discriminator `{"properties": {"mode": {"const": ...}}, "required": ["mode"]}`; else unsupported |
 | `$ref` `$defs` `definitions` `$anchor` `$id` | local refs, JSON pointers with `~0 ~1`; recursion via `Ref` rules, depth `max_recursion_depth`; remote refs unsupported; 2020-12 siblings of `$ref` are merged, draft-7 siblings ignored |
 | `true` / `{}` / `false` | any JSON value (nesting <= `max_any_depth`) / nothing |
@@ -60,43 +60,24 @@ Example:
 from __future__ import annotations
 
 import json
-import math
-from decimal import Decimal
-from fractions import Fraction
-from functools import lru_cache
 from typing import Any, Callable
 
 from grammars.ast import (
-    MAX_CODEPOINT, NOTHING, Alt, AnyOrder, Grammar, Node, Ref, Repeat, Seq, alt, byteset, codepoints, literal, optional,
-    plus, seq, star,
+    MAX_CODEPOINT, NOTHING, Alt, AnyOrder, Grammar, Node, Ref, Repeat, Seq, alt, byteset, codepoints, optional, seq,
+    star,
 )
-from grammars.ecma import leading_lookarounds
-from grammars.errors import (
-    InvalidSchemaError, RegexSyntaxError, SchemaNote, StateBudgetError, UnsupportedRegexError, UnsupportedSchemaError,
-)
+from grammars.errors import InvalidSchemaError, SchemaNote, StateBudgetError, UnsupportedSchemaError
+from grammars.json_branches import branches_node
 from grammars.json_checks import KNOWN_KEYWORDS, check_schema
-from grammars.json_counted import bounded_strings
-from grammars.json_doubles import (
-    ANY_DOUBLE, checked_multiples, divides_exactly, double_interval, double_value, exact_value, int_bounds,
-    safe_integers,
-)
-from grammars.json_formats import DRAFT_FORMATS, FORMATS, format_node
-from grammars.json_length import DEFAULT_SIZE_BUDGET, EXPANSION_BUDGET, restrict_length
-from grammars.json_merge import (
-    ANNOTATIONS, KEYWORD_TYPE, LACKS, TYPES, UNEVALUATED, Merger, disjoint, negation, normalize, plain_not, type_set,
-    whole_types,
-)
-from grammars.json_numbers import (
-    ANY_NUMBER, Interval, int_range, integer_multiples, literal_set, number_interval, number_value,
-)
-from grammars.json_arrays import array_node
-from grammars.json_objects import object_node
+from grammars.json_doubles import exact_value
+from grammars.json_formats import DRAFT_FORMATS, FORMATS
+from grammars.json_length import DEFAULT_SIZE_BUDGET
+from grammars.json_merge import ANNOTATIONS, LACKS, UNEVALUATED, Merger, normalize
+from grammars.json_negation import negation, plain_not
+from grammars.json_number_keywords import as_decimal
 from grammars.json_refs import Resolver, check_drafts, draft_of, load_schema
-from grammars.json_string_sets import difference
-from grammars.json_strings import ANY_CHAR, any_string_body, json_char, key_literal, quoted, string_literal, string_not_in
-from grammars.json_values import (
-    ANY_RULE, Whitespace, WhitespacePolicy, any_value_rule, json_type, to_decimal, union, value_node,
-)
+from grammars.json_typed import typed_node
+from grammars.json_values import ANY_RULE, Whitespace, WhitespacePolicy, any_value_rule
 from grammars.native import checkpoint
 
 try:
@@ -109,11 +90,6 @@ except ImportError:  # the source runs as plain Python, without Cython: the deco
 
 __all__ = ["json_schema_grammar", "load_schema", "WhitespacePolicy", "Compiler"]
 
-_NUMERIC = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
-_NUMBER_ENUM_LIMIT = 1024
-# A `oneOf` whose branches may overlap holds each branch with the negations of those it may overlap:
-# at most this many negations in all (each can multiply the branches of the merged schema).
-ONE_OF_NEGATIONS = 16
 NUMBER_POLICIES = ("double", "exact")
 # Subschemas nested deeper than this are refused (deeper recursion runs on a big stack, `grammars.deep`).
 MAX_NESTING = 2000
@@ -211,6 +187,7 @@ class Compiler:
     Compiled, it is a C extension type whose tables are C slots (`json_schema.pxd`).
 
     Example:
+        >>> from grammars.ast import literal
         >>> c = Compiler({"type": "null"}, ws=Whitespace(WhitespacePolicy()))
         >>> c.root_node() == literal(b"null")
         True
@@ -220,7 +197,7 @@ class Compiler:
                  allow_approximate: bool = False, numbers: str = "double") -> None:
         self.root, self.ws, self.strict = root, ws, strict
         self.numbers = numbers
-        self.value = exact_value if numbers == "double" else _dec   # a schema number, as compared
+        self.value = exact_value if numbers == "double" else as_decimal   # a schema number, as compared
         self.any_order, self.approximate = any_order, allow_approximate
         self.draft = draft_of(root)
         check_drafts(root, self.draft)
@@ -230,9 +207,10 @@ class Compiler:
         self._stack: set[int] = set()
         self._rule_of: dict[int, str] = {}
         self._inline: dict[int, Node] = {}
-        self._patterns: dict[str, Node] = {}
-        self._bodies: dict[tuple, Node] = {}     # string keywords -> their body (`_string_body`)
-        self._matchers: dict[str, Any] = {}
+        # pattern -> its string bodies, and its automaton for tests at compile time (`json_patterns`)
+        self.pattern_bodies: dict[str, Node] = {}
+        self.matchers: dict[str, Any] = {}
+        self.string_bodies: dict[tuple, Node] = {}   # string keywords -> their body (`json_string_keywords`)
         self.budget = DEFAULT_SIZE_BUDGET
         self._acceptors: dict[int, tuple[Any, Any]] = {}
         # id(node) -> (node, JSON path): where each part of the grammar comes from (see `grammars.nfa`)
@@ -247,7 +225,7 @@ class Compiler:
         # (the schema's text, base) of the compile-time value checks in progress (see `accepts`)
         self.checking: set[tuple] = set()
         self._documents: set[int] | None = None   # ids of the user's schema objects (`_later_draft`)
-        self._lacking: bool | None = None          # (`_lacks_keywords`)
+        self._lacking: bool | None = None          # (`lacks_keywords`)
 
     # -- entry points -----------------------------------------------------------
 
@@ -310,11 +288,11 @@ class Compiler:
         if "not" in s and not plain_not(s["not"]):    # (its own, or one an allOf branch brought in)
             return self.node(self._not_as_negation(s, path, base), path, base)
         if "anyOf" in s or "oneOf" in s:
-            return self._branches(s, path, base)
-        return self._typed(s, path, base)
+            return branches_node(self, s, path, base)
+        return typed_node(self, s, path, base)
 
     def _not_as_negation(self, s: dict, path: str, base: str) -> dict:
-        """`s` with a `not` that `_typed` cannot exclude directly replaced by its negation, found with
+        """`s` with a `not` that `json_typed` cannot exclude directly replaced by its negation, found with
         the subschema's `$ref`s and `allOf`s resolved (`normalize` had none without them)."""
         why: list[str] = []
         neg = negation(s["not"], self.resolving(f"{path}.not", base), why, f"{path}.not", self.draft)
@@ -366,7 +344,7 @@ class Compiler:
                 flat[evaluates_rest] = value
         return flat
 
-    def _lacks_keywords(self) -> bool:
+    def lacks_keywords(self) -> bool:
         """Whether the document uses a keyword its draft lacks (`json_merge.LACKS`) anywhere, even as
         a property's name: only then can a subschema read inside a negation differ from it as written."""
         if self._lacking is None:
@@ -435,86 +413,8 @@ class Compiler:
         self._inline[key] = body
         return body
 
-    # -- combinators ------------------------------------------------------------
-
-    def _branches(self, s: dict, path: str, base: str) -> Node:
-        rest = {k: v for k, v in s.items() if k not in ("anyOf", "oneOf")}
-        if "anyOf" in s:
-            if "oneOf" in s:
-                rest["oneOf"] = s["oneOf"]
-            return union(*(self.node(self._with(rest, br, f"{path}.anyOf[{i}]", base), f"{path}.anyOf[{i}]", base)
-                         for i, br in enumerate(s["anyOf"])))
-        branches = [self._with(rest, br, f"{path}.oneOf[{i}]", base) for i, br in enumerate(s["oneOf"])]
-        # branch i holds alone: it and the negation of every branch it may overlap (exact, and the
-        # resulting branches are disjoint); provably disjoint pairs need nothing. Overlaps are found
-        # between the branches as negated (without the keywords their draft lacks: they may take more)
-        if self._lacks_keywords():
-            flat = [self.flatten({"allOf": [rest, b]} if rest else b, f"{path}.oneOf[{i}]", base, negated=True)
-                    for i, b in enumerate(s["oneOf"])]
-        else:                      # (read as negated, as they are: the merges above serve)
-            flat = [self.flatten(b, f"{path}.oneOf[{i}]", base) for i, b in enumerate(branches)]
-        excluded: list[list[Any]] = [[] for _ in flat]
-        for i in range(len(flat)):
-            for j in range(i + 1, len(flat)):
-                if disjoint(flat[i], flat[j], self.draft):
-                    continue
-                # types of which both take every value never hold "exactly one": without them the
-                # two may be disjoint (objects without type: `required` against `additionalProperties`)
-                free = whole_types(flat[i]) & whole_types(flat[j])
-                if free and disjoint(_without_types(flat[i], free), _without_types(flat[j], free), self.draft):
-                    rest = [t for t in TYPES if t not in free]
-                    excluded[i].append({"type": rest})
-                    excluded[j].append({"type": rest})
-                    continue
-                why = self._overlap(s["oneOf"], (i, j), excluded, path, base)
-                if why is not None:
-                    if not self.approximate:
-                        raise UnsupportedSchemaError("oneOf", path, why)
-                    self.notes.append(SchemaNote("oneOf", path, "approximated", f"compiled as anyOf: {why}"))
-                    excluded = [[] for _ in flat]
-                    break
-            else:
-                continue
-            break
-        nodes = []
-        for i, (b, negs) in enumerate(zip(branches, excluded)):
-            sub = f"{path}.oneOf[{i}]"
-            if not negs:
-                nodes.append(self.node(b, sub, base))
-                continue
-            try:
-                nodes.append(self.node(self._with({"allOf": negs}, b, sub, base), sub, base))
-            except UnsupportedSchemaError as e:   # the negations are ours: say what they were for
-                why = f"branch {i} may overlap others, and it without them is not exact: {e}"
-                if not self.approximate:
-                    raise UnsupportedSchemaError("oneOf", path, why) from None
-                self.notes.append(SchemaNote("oneOf", path, "approximated", f"compiled as anyOf: {why}"))
-                return union(*(self.node(b, f"{path}.oneOf[{k}]", base) for k, b in enumerate(branches)))
-        return union(*nodes)
-
-    def _overlap(self, raw: list, pair: tuple[int, int], excluded: list[list[Any]], path: str,
-                 base: str) -> str | None:
-        """Make branches `pair` of a `oneOf` exclude each other (`json_merge.negation` of the other
-        one, appended to `excluded`), or say why they cannot be."""
-        i, j = pair
-        negs = []
-        for a, b in ((i, j), (j, i)):
-            why: list[str] = []
-            neg = negation(raw[b], self.resolving(f"{path}.oneOf[{b}]", base), why, f"{path}.oneOf[{b}]", self.draft)
-            if neg is None:
-                return (f"branches {i} and {j} may both match, and branch {b}'s negation has no exact form: "
-                        f"{why[0]} (negated exactly: types, enum/const, bounds, required, properties, items, "
-                        "contains, pattern, format, dependencies, not/allOf/anyOf/oneOf/$ref of those)")
-            negs.append((a, neg))
-        for a, neg in negs:
-            excluded[a].append(neg)
-        if sum(len(e) for e in excluded) > ONE_OF_NEGATIONS:
-            return (f"branches overlap pairwise in more than {ONE_OF_NEGATIONS} ways; 'exactly one' would "
-                    "need that many negations")
-        return None
-
     def resolving(self, path: str, base: str) -> Callable[[Any], Any]:
-        """`json_merge.negation`'s `resolve`: a subschema with its `$ref` and `allOf` merged in
+        """`json_negation.negation`'s `resolve`: a subschema with its `$ref` and `allOf` merged in
         (`flatten`), without what compiling it ignores (unknown keywords, a `format` not known) or what a
         negation must (a keyword or a `format` the schema's draft does not define: `json_merge.LACKS`,
         `json_formats.DRAFT_FORMATS`)."""
@@ -529,274 +429,6 @@ class Compiler:
             return flat
 
         return resolve
-
-    def _with(self, rest: dict, branch: Any, path: str, base: str) -> Any:
-        """`branch` and the sibling keywords (only merged when they constrain anything)."""
-        if all(k in ANNOTATIONS for k in rest):
-            return branch
-        self.merger.base = base
-        return self.merger.merge(rest, branch, path)
-
-    def _negation(self, n: Any, path: str, base: str) -> tuple[set[str], list, list[str]]:
-        """(excluded types, excluded values, patterns excluded strings match) of `not: n`, or raise."""
-        n = self.flatten(n, f"{path}.not", base, negated=True)
-        if n is True:
-            return set(TYPES), [], []
-        if n is False:
-            return set(), [], []
-        keys = {k for k in n if k not in ANNOTATIONS}
-        if keys == {"anyOf"}:
-            types: set[str] = set()
-            values: list = []
-            patterns: list[str] = []
-            for br in n["anyOf"]:
-                t, v, p = self._negation(br, path, base)
-                types |= t
-                values += v
-                patterns += p
-            return types, values, patterns
-        if keys <= {"type", "enum"}:
-            named = n.get("type", list(TYPES))
-            named = {named} if isinstance(named, str) else set(named)
-            if "number" in named:
-                named.add("integer")
-            if "enum" in n:
-                return set(), [v for v in n["enum"] if json_type(v) in named], []
-            return named, [], []
-        if keys <= {"type", "pattern"} and "pattern" in keys and n.get("type", "string") == "string":
-            self.pattern_body(n["pattern"], f"{path}.not")         # checks it, with its path
-            # without `type`, `n` holds for every non-string too: `not` excludes them all
-            return (set() if "type" in keys else set(TYPES) - {"string"}), [], [n["pattern"]]
-        if keys <= {"type", "format"} and "format" in keys and n.get("type", "string") == "string":
-            others = set() if "type" in keys else set(TYPES) - {"string"}
-            if not isinstance(n["format"], str):
-                raise InvalidSchemaError("`format` must be a string", f"{path}.not", n["format"])
-            if format_node(n["format"]) is None or n["format"] not in DRAFT_FORMATS.get(self.draft, FORMATS):
-                # an annotation (unknown, or not in the schema's draft): every string passes it, `not` fails them
-                return others | {"string"}, [], []
-            return others, [], [("format", n["format"])]
-        raise UnsupportedSchemaError("not", path, "only `not` of types, enum/const, a pattern, a format and anyOf "
-                                     "of those is exact")
-
-    # -- typed values -------------------------------------------------------------
-
-    def _typed(self, s: dict, path: str, base: str) -> Node:
-        if all(k in ANNOTATIONS for k in s):
-            return self.any()
-        declared = s.get("type", list(TYPES))
-        types = [t for t in TYPES if t in ({declared} if isinstance(declared, str) else set(declared))]
-        excluded_types, excluded, not_patterns = (self._negation(s["not"], path, base) if "not" in s
-                                                  else (set(), [], []))
-        if "enum" in s:
-            if not_patterns:
-                excluded = excluded + [v for v in s["enum"] if isinstance(v, str) and any(
-                    self._string_matches(p, v, path) for p in not_patterns)]
-            return self._enum(s, types, excluded_types, excluded, path, base)
-        if "number" in types:
-            types.remove("integer") if "integer" in types else None
-            if "integer" in excluded_types and "number" not in excluded_types:
-                raise UnsupportedSchemaError("not", path, "`not: integer` on numbers (non-integers) is not exact")
-        parts = []
-        for t in types:
-            if t in excluded_types:
-                continue
-            mine = [v for v in excluded if json_type(v) == t or (t == "number" and json_type(v) == "integer")]
-            parts.append(self._type_node(t, s, mine, path, base, not_patterns))
-        return union(*parts)
-
-    def _enum(self, s: dict, types: list, excluded_types: set, excluded: list, path: str, base: str) -> Node:
-        allowed = set(types) | ({"integer"} if "number" in types else set())
-        # `type` admits integers and no other number: an integer value is then spelled the way
-        # `integer` spells every integer, `-?(0|[1-9][0-9]*)`, not by value (`1.0` is no integer
-        # in draft 4; README "Numbers")
-        whole = "number" not in types
-        gone = {json.dumps(v, sort_keys=True) for v in excluded}
-        rest = _enum_checks(s, ("enum", "type", "not"))
-        nodes = []
-        for v in s["enum"]:
-            t = json_type(v)
-            if t not in allowed or t in excluded_types or (gone and json.dumps(v, sort_keys=True) in gone):
-                continue
-            if rest and not self.accepts(rest, v, path, base):
-                continue
-            if t == "integer" and whole:
-                nodes.append(int_range(int(v), int(v)))
-            else:
-                nodes.append(value_node(v, self.ws, f"{path}.enum", self.numbers))
-        return union(*nodes)
-
-    def _type_node(self, t: str, s: dict, excluded: list, path: str, base: str,
-                   not_patterns: list[str] = ()) -> Node:
-        if t == "null":
-            return NOTHING if excluded else literal(b"null")
-        if t == "boolean":
-            return alt(*(literal(b"true" if v else b"false") for v in (True, False) if v not in excluded))
-        if t in ("array", "object") and excluded:
-            raise UnsupportedSchemaError("not", path, f"excluding {t} values is not exact")
-        if t == "integer":
-            return self._integer(s, excluded, path)
-        if t == "number":
-            return self._number(s, excluded, path)
-        if t == "string":
-            return quoted(self._string_body(s, excluded, path, not_patterns))
-        if t == "array":
-            return array_node(self, s, path, base)
-        return object_node(self, s, path, base)
-
-    # -- numbers --------------------------------------------------------------------
-
-    def _interval(self, s: dict) -> Interval:
-        iv = Interval(None, None)
-        for key, strict, upper in (("minimum", False, False), ("exclusiveMinimum", True, False),
-                                   ("maximum", False, True), ("exclusiveMaximum", True, True)):
-            if key not in s:
-                continue
-            x = self.value(s[key])
-            if upper and (iv.hi is None or x < iv.hi or (x == iv.hi and strict)):
-                iv.hi, iv.hi_strict = x, strict
-            if not upper and (iv.lo is None or x > iv.lo or (x == iv.lo and strict)):
-                iv.lo, iv.lo_strict = x, strict
-        return iv
-
-    def _integer(self, s: dict, excluded: list, path: str) -> Node:
-        iv = self._interval(s)
-        lo, hi = int_bounds(iv)
-        k = 1
-        if "multipleOf" in s:
-            k = Fraction(_dec(s["multipleOf"])).numerator  # n*p/q is an integer multiple iff p | n
-            if self.numbers == "double" and isinstance(s["multipleOf"], float):   # checked as n / divisor
-                if not divides_exactly(s["multipleOf"]):
-                    return self._checked_multiples(s, iv, excluded, path, integers=True)
-                lo, hi = safe_integers(lo, hi)
-        parts = []
-        for a, b in _split_ints(lo, hi, sorted(int(self.value(v)) for v in excluded)):
-            part = integer_multiples(a, b, k)
-            if part is None:
-                raise UnsupportedSchemaError("multipleOf", path, f"multiples of {k} in [{a}, {b}] are not a small "
-                                             "automaton (needs a bounded range or a divisor of a power of 10)")
-            parts.append(part)
-        return alt(*parts)
-
-    def _number(self, s: dict, excluded: list, path: str) -> Node:
-        iv = self._interval(s)
-        points = sorted({self.value(v) for v in excluded})
-        double = self.numbers == "double"
-        if "multipleOf" not in s:
-            if iv.lo is None and iv.hi is None and not points:
-                return ANY_DOUBLE if double else ANY_NUMBER
-            return alt(*((double_interval if double else number_interval)(p) for p in _split_interval(iv, points)))
-        m = Fraction(_dec(s["multipleOf"]))
-        if double and m.denominator == 1:     # integer spellings only: json.loads reads `n.0` as a float
-            return self._integer(s, excluded, path)
-        if double:
-            return self._checked_multiples(s, iv, excluded, path, integers=False)
-        if m.denominator == 1:  # integer-valued numbers, written with an optional zero fraction
-            ints = self._integer({**s, "multipleOf": int(m)}, excluded, path)
-            return seq(ints, optional(seq(literal(b"."), plus(literal(b"0")))))
-        digits = _power_of_ten(m)
-        if digits is not None:
-            return alt(*(number_interval(p, limit=digits, scientific=False) for p in _split_interval(iv, points)))
-        if iv.lo is not None and iv.hi is not None:
-            first, last = math.ceil(Fraction(iv.lo) / m), math.floor(Fraction(iv.hi) / m)
-            if last - first < _NUMBER_ENUM_LIMIT:
-                values = [Decimal(n * m.numerator) / Decimal(m.denominator) for n in range(first, last + 1)]
-                return alt(*(number_value(v) for v in values if iv.contains(v) and v not in points))
-        raise UnsupportedSchemaError("multipleOf", path, f"multipleOf {s['multipleOf']!r} on unbounded numbers "
-                                     "(only 10^-k, integers, or bounded ranges are exact)")
-
-    def _checked_multiples(self, s: dict, iv: Interval, excluded: list, path: str, integers: bool) -> Node:
-        """Multiples of a float divisor that pass jsonschema's check (`x / divisor` an integer), listed."""
-        points = sorted({self.value(v) for v in excluded})
-        xs = checked_multiples(iv, s["multipleOf"], points, _NUMBER_ENUM_LIMIT)
-        if xs is None:
-            raise UnsupportedSchemaError(
-                "multipleOf", path, f"multipleOf {s['multipleOf']!r} with numbers='double' (the default): validators "
-                f"check x / {s['multipleOf']!r} in floating point (2.01 / 0.01 = 200.99999999999997 fails), and "
-                f"which multiples pass is not a regular language; give minimum and maximum (at most "
-                f"{_NUMBER_ENUM_LIMIT} multiples) or pass numbers='exact' for decimal semantics")
-        if integers:
-            return literal_set(str(int(x)).encode() for x in xs if x.is_integer())
-        return union(*(double_value(Decimal(x)) for x in xs))
-
-    # -- strings --------------------------------------------------------------------
-
-    def pattern_body(self, pattern: Any, path: str) -> Node:
-        """String bodies containing a match of the ECMA regex (search semantics)."""
-        if not isinstance(pattern, str):
-            raise InvalidSchemaError("`pattern` must be a string", path, pattern)
-        if pattern not in self._patterns:
-            try:
-                self._patterns[pattern] = _regex(pattern, json_char)
-            except RegexSyntaxError as e:
-                raise InvalidSchemaError(f"`pattern` is not a valid regex ({e})", path, pattern) from None
-            except UnsupportedRegexError as e:
-                split = leading_lookarounds(pattern)
-                if split is None:
-                    raise UnsupportedSchemaError("pattern", path, str(e)) from None
-                self._patterns[pattern] = self._looking_ahead(*split, path)
-        return self._patterns[pattern]
-
-    def _looking_ahead(self, looks: list[tuple[bool, str]], rest: str, path: str) -> Node:
-        """`^(?=X)(?!Y)Z`: the strings `^Z` matches (search semantics) that start with a match of
-        every X and of no Y, by a product of their automata (`json_string_sets.difference`)."""
-        body = self.pattern_body(f"^(?:{rest})", path)
-        required = [self.pattern_body(f"^(?:{x})", path) for positive, x in looks if positive]
-        excluded = [self.pattern_body(f"^(?:{x})", path) for positive, x in looks if not positive]
-        return difference(body, excluded, required=required, path=path, keyword="pattern", tries=self.tries)
-
-    def _string_body(self, s: dict, excluded: list, path: str, not_patterns: list[str] = ()) -> Node:
-        """Bodies of the strings valid under the string keywords of `s`, minus the `excluded`
-        values and the strings that `not_patterns` match."""
-        lo, hi = s.get("minLength", 0), s.get("maxLength")
-        body = None
-        if "format" in s:
-            body = format_node(s["format"])
-            if body is None:     # an annotation (2020-12): any string of the other keywords is valid
-                self.notes.append(SchemaNote("format", path, "annotation", repr(s["format"])))
-        # the same string keywords at several paths (a pattern with length bounds in each of three
-        # `*_ref` objects) give one node: their products of automata are built once
-        try:
-            key = (lo, hi, s.get("format"), s.get("pattern"), tuple(excluded), tuple(not_patterns))
-            hit = self._bodies.get(key)
-        except TypeError:        # an unhashable keyword value: the node is built here, not kept
-            key, hit = None, None
-        if hit is None:
-            hit = self._new_string_body(s, body, lo, hi, excluded, path, not_patterns)
-            if key is not None:
-                self._bodies[key] = hit
-        return hit
-
-    def _new_string_body(self, s: dict, body: Node | None, lo: Any, hi: Any, excluded: list, path: str,
-                         not_patterns: list[str]) -> Node:
-        length_product = False
-        required = []
-        if "pattern" in s:
-            pattern = self.pattern_body(s["pattern"], path)
-            if body is None:
-                body = pattern
-            else:                # a format's strings that the pattern matches too: a product (below)
-                required.append(pattern)
-        if excluded and body is None and not lo and hi is None and not not_patterns and not required:
-            return string_not_in(excluded, self.tries)
-        # lengths first, on the syntax tree (the product's node may split characters across its parts);
-        # where that expands too far or cannot split the body, the lengths join the product instead
-        if body is None:
-            rest = any_string_body(lo, hi)
-        else:
-            try:
-                rest = restrict_length(body, lo, hi, path=path, budget=EXPANSION_BUDGET)
-            except UnsupportedSchemaError:
-                rest, required = any_string_body(lo, hi), [body, *required]
-                length_product = True
-        if not excluded and not not_patterns and not required:
-            return rest
-        gone = [self.pattern_body(p, path) if isinstance(p, str) else format_node(p[1]) for p in not_patterns]
-        gone += [string_literal(v) for v in excluded]
-        keyword = "not" if gone else "pattern" if "pattern" in s else "format"
-        if length_product:
-            return bounded_strings(required, gone, lo, hi, path=path, tries=self.tries,
-                                   keyword="maxLength" if hi is not None else "minLength")
-        return difference(rest, gone, required=required, path=path, tries=self.tries, keyword=keyword)
 
     def string_node(self, schema: Any, path: str, base: str) -> Node:
         """The JSON strings valid under `schema`, quoted (for `propertyNames`: names are strings
@@ -833,147 +465,4 @@ class Compiler:
             hit = (schema, LazyDFA(grammar, max_depth=64))
             self._acceptors[id(schema)] = hit
         return hit[1].matches(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
-
-    def _string_matches(self, excluded: Any, value: str, path: str) -> bool:
-        """Whether the string `value` is one a `not` excludes: a pattern (str) matches it, or it is
-        in a format (``("format", name)``)."""
-        if isinstance(excluded, str):
-            return self.pattern_matches(excluded, value, path)
-        from grammars.dfa import LazyDFA
-
-        key = "\0format " + excluded[1]           # (no pattern is spelled so)
-        if key not in self._matchers:
-            self._matchers[key] = LazyDFA(Grammar({"start": format_node(excluded[1])}))
-        return self._matchers[key].matches(json.dumps(value, ensure_ascii=False)[1:-1].encode())
-
-    def pattern_matches(self, pattern: Any, name: str, path: str) -> bool:
-        """Whether the property name `name` matches the ECMA regex (search)."""
-        from grammars.dfa import LazyDFA
-
-        if pattern not in self._matchers:
-            self.pattern_body(pattern, path)  # validates and reports errors with the path
-            try:
-                self._matchers[pattern] = LazyDFA(Grammar({"start": _regex(pattern, None)}))
-            except UnsupportedRegexError:     # `^(?=X)(?!Y)Z`, which `pattern_body` compiled by parts
-                self._matchers[pattern] = leading_lookarounds(pattern)
-        matcher = self._matchers[pattern]
-        if isinstance(matcher, tuple):        # Z matches, and each lookahead holds or fails as it should
-            looks, rest = matcher
-            return self.pattern_matches(f"^(?:{rest})", name, path) and all(
-                self.pattern_matches(f"^(?:{x})", name, path) == positive for positive, x in looks)
-        return matcher.matches(name.encode())
-
-    def pattern_universal(self, pattern: Any, path: str) -> bool:
-        """Whether the ECMA regex (search) matches every property name: a product walk of its
-        automaton beside that of every UTF-8 text (`[\\s\\S]*`), which fails on a text the first
-        accepts and it does not; False past `_UNIVERSAL_PAIRS` pairs (not proven)."""
-        from grammars.dfa import LazyDFA
-
-        if not self.pattern_matches(pattern, "", path):  # (builds its automaton and checks the pattern)
-            return False                                 # the empty name is a text it fails on
-        if "[\\s\\S]*" not in self._matchers:
-            self._matchers["[\\s\\S]*"] = LazyDFA(Grammar({"start": _regex("[\\s\\S]*", None)}))
-        every, it = self._matchers["[\\s\\S]*"], self._matchers[pattern]
-        if isinstance(it, tuple):                        # lookaheads (see `pattern_matches`): not proven
-            return False
-        seen = {(every.initial, it.initial)}
-        todo = list(seen)
-        while todo:
-            a, b = todo.pop()
-            if every.is_accepting(a) and not it.is_accepting(b):
-                return False
-            for byte in range(256):
-                a2 = every.next_state(a, byte)
-                if a2 < 0:
-                    continue
-                b2 = it.next_state(b, byte)
-                if b2 < 0:                               # (every live state of `every` reaches a text)
-                    return False
-                if (a2, b2) not in seen:
-                    if len(seen) >= _UNIVERSAL_PAIRS:
-                        return False
-                    seen.add((a2, b2))
-                    todo.append((a2, b2))
-        return True
-
-
-# state pairs walked to prove a patternProperties pattern matches every name (`pattern_universal`)
-_UNIVERSAL_PAIRS = 512
-
-
-def _without_types(s: Any, types: set[str]) -> Any:
-    """`s` limited to its types not in `types` (for `disjoint`)."""
-    if not isinstance(s, dict):
-        return s
-    rest = type_set(s) - types
-    return {**s, "type": [t for t in TYPES if t in rest and not (t == "integer" and "number" in rest)]}
-
-
-def _enum_checks(s: dict, handled: tuple[str, ...]) -> dict:
-    """The keywords of `s` (but `handled`) that may refuse some value of its `enum`.
-
-    Annotations, unknown and vendor keywords assert nothing, and a keyword
-    for one JSON type (`KEYWORD_TYPE`) passes the values of every other
-    type: checking values against those built an automaton per schema for
-    nothing (a median schema's `propertyOrder` or `readonly` beside an enum
-    made its grammar 5x slower).
-    """
-    present = {json_type(v) for v in s["enum"]}
-    if "integer" in present:
-        present.add("number")
-    return {k: v for k, v in s.items() if k in KNOWN_KEYWORDS and k not in ANNOTATIONS and k not in handled
-            and (k not in KEYWORD_TYPE or KEYWORD_TYPE[k] in present)}
-
-
-@lru_cache(maxsize=512)
-def _regex(pattern: str, encode: Any) -> Node:
-    """The syntax tree of ECMA `pattern` (search semantics), characters spelled by `encode`.
-
-    Memoized like `json_numbers.int_range`: a third of maskbench-dev's 631
-    patterns repeat one in another schema (dates, hex ids, semantic versions). A pattern
-    that raises is not cached, and raises again the same way.
-    """
-    from grammars.regex import regex_node
-
-    if encode is None:
-        return regex_node(pattern, dialect="ecma", search=True)
-    return regex_node(pattern, dialect="ecma", search=True, encode=encode)
-
-
-def _dec(v: Any) -> Decimal:
-    return v if isinstance(v, Decimal) else to_decimal(v)
-
-
-def _power_of_ten(m: Fraction) -> int | None:
-    """k when m == 10**-k."""
-    if m.numerator != 1:
-        return None
-    k, d = 0, m.denominator
-    while d % 10 == 0:
-        d //= 10
-        k += 1
-    return k if d == 1 else None
-
-
-def _split_interval(iv: Interval, points: list[Decimal]) -> list[Interval]:
-    """iv minus the points, as open-ended pieces."""
-    pieces, cur = [], Interval(iv.lo, iv.hi, lo_strict=iv.lo_strict, hi_strict=iv.hi_strict)
-    for p in points:
-        if not cur.contains(p):
-            continue
-        pieces.append(Interval(cur.lo, p, lo_strict=cur.lo_strict, hi_strict=True))
-        cur = Interval(p, cur.hi, lo_strict=True, hi_strict=cur.hi_strict)
-    return [p for p in pieces + [cur] if not p.is_empty()]
-
-
-def _split_ints(lo: int | None, hi: int | None, points: list[int]) -> list[tuple[int | None, int | None]]:
-    out, cur = [], lo
-    for p in points:
-        if (cur is None or p >= cur) and (hi is None or p <= hi):
-            if cur is None or p - 1 >= cur:
-                out.append((cur, p - 1))
-            cur = p + 1
-    if cur is None or hi is None or cur <= hi:
-        out.append((cur, hi))
-    return out
 

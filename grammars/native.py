@@ -43,16 +43,18 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 # The modules compiled: the schema compiler and the NFA builder, where a median compile spends
 # its Python time, and the string-set products (`json_string_sets`: `not` of a pattern,
 # `patternProperties` groups), where the slowest schemas spend theirs (25 instead of 37 ms on
-# maskbench-dev's Snowplow---sp_333), and the regex converter (`regex`, `ecma`, `charsets`,
+# maskbench-dev's Snowplow---sp_333), and the regex converter (`regex`, `regex_first`, `ecma`, `charsets`,
 # `anchor_marks`: a third off a schema's `pattern`, 167 -> 122 us for a UUID pattern; `re`'s own
 # parser stays Python). Compiled code never lets another thread take the GIL on
 # its own (only the interpreter's loop does), so each of these calls `checkpoint` wherever
 # work can grow with the input; the rest of the package (word tries, Python DFA, minimizer)
 # stays Python (compiling the Python DFA too gained nothing measurable; `trie` counts on
 # RecursionError, which compiled code never raises).
-MODULES = ("ast", "fragments", "lazy", "nfa", "json_schema", "json_objects", "json_arrays", "json_strings", "json_values",
-           "json_checks", "json_merge", "json_refs", "json_numbers", "json_length", "json_formats", "json_doubles",
-           "json_string_sets", "regex", "ecma", "charsets", "anchor_marks")
+MODULES = ("ast", "fragments", "lazy", "nfa", "json_schema", "json_branches", "json_typed", "json_number_keywords",
+           "json_string_keywords", "json_patterns", "json_objects", "json_any_order", "json_arrays", "json_strings",
+           "json_values", "json_checks", "json_merge", "json_negation", "json_disjoint", "json_refs", "json_numbers",
+           "json_length", "json_formats", "json_doubles", "json_string_sets", "regex", "regex_first", "ecma",
+           "charsets", "anchor_marks")
 
 
 def sources(package_dir: Path = PACKAGE_DIR) -> dict[str, Path]:

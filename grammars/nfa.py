@@ -604,7 +604,7 @@ class NFA(LazyRules, FragmentBuilder):
         is an epsilon move; INC is not followed (the pseudo-rule ends there).
         An `AnyOrder`'s frame tests (PICK, CHECK, COUNT, LEAVE, CLEAR) are epsilon
         moves too: `need` ignores the set taken, and the compiler keeps every
-        set reachable completable instead (see `grammars.json_objects`).
+        set reachable completable instead (see `grammars.json_any_order`).
         """
         n = self.num_states
         if self._need_is_trivial():

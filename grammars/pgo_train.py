@@ -102,7 +102,7 @@ def train(schemas: list[Any], rounds: int = 3) -> int:
     `bench/corpus` has some on purpose).
 
     Both orders: code the profile never saw is laid out apart from the paths that ran. Trained in
-    declared order only, `any_order`'s compiles (`json_objects._any_order`,
+    declared order only, `any_order`'s compiles (`json_any_order.any_order_body`,
     `FragmentBuilder._build_any_order`) took 3-4% longer than declared order's after other work,
     where the two take the same time warm (`python -m bench.ttfm_interleaved 1 3 32 2
     [--any-order]`, against llguidance: median ratio 0.98 declared, 1.00-1.04 any order)."""

@@ -47,6 +47,7 @@ from grammars.deep import deep_call
 from grammars.errors import RegexSyntaxError, UnsupportedRegexError
 from grammars.native import checkpoint
 from grammars.nfa import gc_paused
+from grammars.regex_first import ANYTHING, ATOMIC, POSSESSIVE, combine_flags, first, first_of_follow
 from grammars.trie import is_word_list, trie_alt, word_list
 
 try:  # Python >= 3.11
@@ -62,14 +63,10 @@ __all__ = ["regex_node", "regex_grammar"]
 Encoder = Callable[[list[tuple[int, int]]], Node]
 
 _YES, _NO, _MAYBE = 1, 0, 2  # is this point the start (end) of the input?
-_ANYTHING = ("anything",)  # follow set of an unanchored search suffix
 _I, _S, _A = int(re.IGNORECASE), int(re.DOTALL), int(re.ASCII)
 _M = int(re.MULTILINE)
 _LINE_ANCHORS = {_c.AT_BEGINNING: _c.AT_BEGINNING_LINE, _c.AT_END: _c.AT_END_LINE}
-_TYPE_FLAGS = int(re.ASCII | re.UNICODE | re.LOCALE)
 _MAXREPEAT = _c.MAXREPEAT
-_POSSESSIVE = getattr(_c, "POSSESSIVE_REPEAT", None)
-_ATOMIC = getattr(_c, "ATOMIC_GROUP", None)
 _CATEGORIES = {
     _c.CATEGORY_DIGIT: ("digit", False), _c.CATEGORY_NOT_DIGIT: ("digit", True),
     _c.CATEGORY_WORD: ("word", False), _c.CATEGORY_NOT_WORD: ("word", True),
@@ -152,7 +149,7 @@ def _convert(conv: _Converter, tree, search: bool) -> Node:
         return conv.items(tree.data, root_flags, _YES, _YES, None)
     anything = star(conv.enc(cs.ALL))
     if not conv.has_anchor(tree.data):
-        return seq(anything, conv.items(tree.data, root_flags, _MAYBE, _MAYBE, _ANYTHING), anything)
+        return seq(anything, conv.items(tree.data, root_flags, _MAYBE, _MAYBE, ANYTHING), anything)
     # Unanchored search, exact with anchors: split on whether the match starts
     # at the very start and ends at the very end of the input.
     some = seq(conv.enc(cs.ALL), anything)
@@ -160,7 +157,7 @@ def _convert(conv: _Converter, tree, search: bool) -> Node:
     for s, before in ((_YES, EMPTY), (_NO, some)):
         for e, after in ((_YES, EMPTY), (_NO, some)):
             conv.reset_counts()
-            follow = None if e == _YES else _ANYTHING  # what the unanchored suffix may read
+            follow = None if e == _YES else ANYTHING  # what the unanchored suffix may read
             parts.append(seq(before, conv.items(tree.data, root_flags, s, e, follow), after))
     return alt(*parts)
 
@@ -178,17 +175,11 @@ def _parse(pattern: str, source: str, flags: int, origin: list[int] | None):
             raise RegexSyntaxError(pattern, str(exc) or type(exc).__name__) from None
 
 
-def _combine_flags(flags: int, add: int, remove: int) -> int:
-    add, remove = int(add), int(remove)
-    if add & _TYPE_FLAGS:
-        flags &= ~_TYPE_FLAGS
-    return (flags | add) & ~remove
-
-
 class _Converter:
     """Maps one parsed pattern to IR; `s`/`e` say whether the current point is
     the start/end of the whole input (_YES, _NO or _MAYBE); `follow` lazily
-    describes what may come next (for possessive quantifiers)."""
+    describes what may come next (for possessive quantifiers and Python's `$`:
+    `grammars.regex_first`)."""
 
     def __init__(self, pattern: str, source: str, origin: list[int] | None,
                  dialect: str, encode: Encoder, state) -> None:
@@ -320,15 +311,15 @@ class _Converter:
             return self.enc(self.charset(op, av, flags))
         if op is _c.SUBPATTERN:
             group, add, remove, sub = av
-            return self.items(sub.data, _combine_flags(flags, add, remove), s, e, follow)
+            return self.items(sub.data, combine_flags(flags, add, remove), s, e, follow)
         if op is _c.BRANCH:
             return trie_alt([self.items(b.data, flags, s, e, follow) for b in av[1]])
         if op in (_c.MAX_REPEAT, _c.MIN_REPEAT):
             return self.repeat(av, flags, s, e, follow)
-        if op is _POSSESSIVE and _POSSESSIVE is not None:
+        if op is POSSESSIVE and POSSESSIVE is not None:
             self._count("possessive quantifier")
             return self.possessive(av, flags, s, e, follow)
-        if op is _ATOMIC and _ATOMIC is not None:
+        if op is ATOMIC and ATOMIC is not None:
             self._count("atomic group")
             return self.atomic(av, flags, s, e, follow)
         if op is _c.AT:
@@ -382,7 +373,7 @@ class _Converter:
         if code in (_c.AT_END, _c.AT_END_LINE):
             # Python's `$` also matches before a (final) newline: if no newline
             # can come next, it only matches at the end.
-            if e == _NO and cs.contains(self.first_of_follow(follow)[0], 0x0A):
+            if e == _NO and cs.contains(first_of_follow(self.charset, follow)[0], 0x0A):
                 e = _MAYBE
             return self._decide(e, "`$`", "end")
         raise self.unsupported("word boundary" if code in (_c.AT_BOUNDARY, _c.AT_NON_BOUNDARY)
@@ -431,11 +422,11 @@ class _Converter:
         """A possessive `body{m,n}+` equals the greedy one when the body's
         matches are prefix-free, it is never empty, and no first character of
         the body can follow the repeat."""
-        first, nullable = self.first(body, 0, flags)
+        starts, nullable = first(self.charset, body, 0, flags)
         if nullable:
             return False
-        after, _ = self.first_of_follow(follow)
-        if cs.intersect(first, after):
+        after, _ = first_of_follow(self.charset, follow)
+        if cs.intersect(starts, after):
             return False
         single = len(body) == 1 and body[0][0] in (_c.LITERAL, _c.NOT_LITERAL, _c.ANY, _c.IN)
         if single:
@@ -446,47 +437,6 @@ class _Converter:
             self.marked = before
             return False
         return _prefix_free(alone)
-
-    def first(self, data, start: int, flags: int) -> tuple[list[tuple[int, int]], bool]:
-        """(first characters, nullable) of the items `data[start:]`."""
-        out: list[tuple[int, int]] = []
-        for op, av in data[start:]:
-            chars, nullable = self._first_item(op, av, flags)
-            out = cs.union(out, chars)
-            if not nullable:
-                return out, False
-        return out, True
-
-    def _first_item(self, op, av, flags: int):
-        if op in (_c.LITERAL, _c.NOT_LITERAL, _c.ANY, _c.IN):
-            return self.charset(op, av, flags), False
-        if op is _c.SUBPATTERN:
-            return self.first(av[3].data, 0, _combine_flags(flags, av[1], av[2]))
-        if op is _c.BRANCH:
-            parts = [self.first(b.data, 0, flags) for b in av[1]]
-            return cs.union(*(p[0] for p in parts)), any(p[1] for p in parts)
-        if op in (_c.MAX_REPEAT, _c.MIN_REPEAT) or op is _POSSESSIVE:
-            chars, nullable = self.first(av[2].data, 0, flags)
-            return chars, nullable or av[0] == 0
-        if op is _ATOMIC:
-            return self.first(av.data, 0, flags)
-        return [], True  # anchors (others raise when converted)
-
-    def first_of_follow(self, follow) -> tuple[list[tuple[int, int]], bool]:
-        """(characters that may come next, whether the input may end)."""
-        if follow is None:
-            return [], True
-        if follow is _ANYTHING:
-            return list(cs.ALL), True
-        if follow[0] == "or":
-            a, b = self.first_of_follow(follow[1]), self.first_of_follow(follow[2])
-            return cs.union(a[0], b[0]), a[1] or b[1]
-        data, start, flags, parent = follow
-        chars, nullable = self.first(data, start, flags)
-        if not nullable:
-            return chars, False
-        more, can_end = self.first_of_follow(parent)
-        return cs.union(chars, more), can_end
 
     def has_anchor(self, data) -> bool:
         key = id(data)
@@ -504,9 +454,9 @@ def _item_has_anchor(op, av, conv: _Converter) -> bool:
         return conv.has_anchor(av[3].data)
     if op is _c.BRANCH:
         return any(conv.has_anchor(b.data) for b in av[1])
-    if op in (_c.MAX_REPEAT, _c.MIN_REPEAT) or op is _POSSESSIVE:
+    if op in (_c.MAX_REPEAT, _c.MIN_REPEAT) or op is POSSESSIVE:
         return conv.has_anchor(av[2].data)
-    if op is _ATOMIC:
+    if op is ATOMIC:
         return conv.has_anchor(av.data)
     return False
 

@@ -417,7 +417,7 @@ CORPUS: list[dict] = [
         {"pattern": "^[0-9A-F]{8}-([0-9A-F]{4}-){3}[0-9A-F]{12}$"}]},
          ["0123abcd-0000-0000-0000-000000000000", "0123ABCD-0000-0000-0000-000000000000"],
          ["01234567-0000-0000-0000-000000000000", "0123aBCD-0000-0000-0000-000000000000", "x"]),
-    # `if` negated (json_merge.negation): valid under it and not `then`, or under neither it nor `else`
+    # `if` negated (json_negation.negation): valid under it and not `then`, or under neither it nor `else`
     case("if_nested_in_if", {"if": {"if": {"type": "integer"}, "then": {"minimum": 5}, "else": {"type": "string"}},
                              "then": {"maximum": 9}, "else": {"type": "boolean"}},
          [5, 9, "abc", "", True, False], [10, 1, 4, None, [], {}, 3.5]),

@@ -81,7 +81,7 @@ def test_difference_of_finite_sets():
 def test_equal_string_keywords_at_several_paths_build_one_product(monkeypatch: pytest.MonkeyPatch):
     # three members with the same `not` of a pattern: one product of automata, shared by all three,
     # and each member still exact (every spelling; jsonschema as the oracle)
-    import grammars.json_schema as js
+    import grammars.json_string_keywords as js
 
     calls = []
     real = js.difference
