@@ -197,7 +197,8 @@ def _extra_member(c: "Compiler", declared: set, patterns: dict, extra: Any, name
 
 def _names_key(c: "Compiler", declared: set, names: Any, path: str, base: str) -> Node:
     """The keys (quoted, in every spelling) of additional members: the strings valid under
-    `propertyNames` that are no declared name."""
+    `propertyNames` that are no declared name (``"pattern": "^[a-z]+$"`` beside a declared
+    ``"id"``: every such name but ``"id"``, which its own member spells)."""
     where = f"{path}.propertyNames"
     clash = [n for n in declared if c.accepts(names, n, where, base)]
     if not clash:
@@ -207,8 +208,9 @@ def _names_key(c: "Compiler", declared: set, names: Any, path: str, base: str) -
         allowed = [v for v in flat["enum"] if isinstance(v, str) and v not in declared
                    and c.accepts(names, v, where, base)]
         return quoted(alt(*(key_literal(v) for v in allowed)))
-    raise UnsupportedSchemaError("propertyNames", path, f"it also admits declared properties {sorted(clash)!r}; "
-                                 "the difference of a pattern and a set is not computed")
+    # the names it admits but the declared names (each in every spelling), by a product of automata
+    return difference(c.string_node(names, where, base), [quoted(string_literal(n)) for n in sorted(clash)],
+                      path=where, keyword="propertyNames", tries=c.tries)
 
 
 def _pattern_member(c: "Compiler", declared: set, patterns: dict, extra: Any, names_schema: Any,

@@ -210,6 +210,16 @@ CORPUS: list[dict] = [
          [{}, {"A-1": True, "b": False}], [{"a": 1}, {"Z": None}]),
     case("property_names", {"type": "object", "propertyNames": {"maxLength": 3}, "additionalProperties": {"type": "integer"}},
          [{}, {"abc": 1}], [{"abcd": 1}, {"a": "x"}]),
+    # propertyNames admitting declared names: additional keys are its names but those (a product of automata)
+    case("property_names_beside_declared", {"type": "object", "properties": {"id": {"type": "string"}, "n": {}},
+                                            "propertyNames": {"pattern": "^[a-z]+$"},
+                                            "additionalProperties": {"type": "integer"}},
+         [{}, {"id": "x"}, {"id": "x", "ab": 1}, {"n": [1], "idx": 2}, {"i": 3}],
+         [{"id": 1}, {"ab": "x"}, {"AB": 1}, {"a1": 1}, {"idx": "s"}]),
+    case("property_names_rule_out_a_declared_name", {"type": "object", "properties": {
+        "del": {"type": "array"}, "edit": {"type": "array", "items": {"type": "integer"}}},
+        "propertyNames": {"not": {"const": "del"}}},
+         [{}, {"edit": [0, 1]}, {"edit": [], "other": None}], [{"del": []}, {"edit": ["x"]}, {"edit": [], "del": []}]),
     # uniqueItems over a few values: a state per set of values used (1 and 1.0 are one value)
     case("unique_enum", {"type": "array", "uniqueItems": True, "items": {"enum": ["a", "b", 1, 1.0, None]}},
          [[], ["a", "b"], [1, "a", None], [1.0]], [["a", "a"], [1, 1.0], ["c"], [None, None]]),
