@@ -55,7 +55,7 @@ from grammars.json_numbers import (
 
 __all__ = [
     "SIG_DIGITS", "MIN_EXP", "MAX_EXP", "double_interval", "double_value", "float_interval", "ANY_DOUBLE", "exact_value",
-    "divides_exactly", "safe_integers", "checked_multiples", "int_bounds",
+    "divides_exactly", "safe_integers", "integers_passing", "checked_multiples", "int_bounds",
 ]
 
 SIG_DIGITS = 17          # significant digits of a float: enough to spell every double
@@ -323,6 +323,30 @@ def divides_exactly(divisor: float) -> bool:
 def safe_integers(lo: int | None, hi: int | None) -> tuple[int, int]:
     """[lo, hi] within +-(2^53 - 1), where `float(n) == n`."""
     return max(lo if lo is not None else -_SAFE_INT, -_SAFE_INT), min(hi if hi is not None else _SAFE_INT, _SAFE_INT)
+
+
+def integers_passing(divisor: float, lo: int | None, hi: int | None) -> tuple[int, list[tuple[int, int]]]:
+    """Where every integer n passes jsonschema's float check of `multipleOf: divisor` (`float(n) /
+    divisor` is integral): where that quotient is at least 2^52, every double is an integer. Returns
+    the least such |n| and those ranges of [lo, hi], up to `divisor * 1e308`, where the quotient stays
+    finite (past it the check overflows). Below, only multiples pass for sure (`divides_exactly`).
+
+    Example:
+        >>> first, ranges = integers_passing(0.25, 0, None)
+        >>> first == 2 ** 50 + 1, ranges == [(2 ** 50 + 1, 25 * 10 ** 306)]
+        (True, True)
+        >>> integers_passing(0.5, -10, 10)[1]
+        []
+    """
+    scale = Fraction(divisor)
+    first = math.ceil(2 ** 52 * scale * (1 + Fraction(1, 2 ** 50)))     # (a margin for float(n)'s rounding)
+    last = math.floor(scale * 10 ** 308)
+    out = []
+    for a, b in ((first, last), (-last, -first)):
+        a, b = max(a, lo) if lo is not None else a, min(b, hi) if hi is not None else b
+        if a <= b:
+            out.append((a, b))
+    return first, out
 
 
 def checked_multiples(iv: Interval, divisor: float, points: list[Decimal], limit: int) -> list[float] | None:
