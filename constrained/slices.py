@@ -41,7 +41,8 @@ import numpy as np
 
 from constrained import fsm_jit
 from constrained.vocab_trie import VocabTrie
-from grammars.ast import MAX_CODEPOINT, utf8_sequences
+from grammars.ast import MAX_CODEPOINT
+from grammars.utf8 import utf8_sequences
 
 __all__ = ["Slice", "UTF8_SLICES", "utf8_table", "byteset_table", "build_slice", "build_byteset_slice",
            "derive_utf8_slice", "follows_utf8", "pack_bits", "ids_bitmask"]
@@ -63,7 +64,7 @@ def utf8_table(excluded: bytes = b"") -> np.ndarray:
 
     State 0 is the start and "between characters".  The other states follow
     the canonical split of the non-ASCII code points into byte-range branches
-    (`grammars.ast.utf8_sequences`), one state per branch and position: the
+    (`grammars.utf8.utf8_sequences`), one state per branch and position: the
     grammars build their UTF-8 automata from the same split, so a DFA state
     inside a character maps to exactly one slice state and no equivalence
     proofs are needed.

@@ -63,8 +63,7 @@ import json
 from typing import Any, Callable
 
 from grammars.ast import (
-    MAX_CODEPOINT, NOTHING, Alt, AnyOrder, Grammar, Node, Ref, Repeat, Seq, alt, byteset, codepoints, optional, seq,
-    star,
+    MAX_CODEPOINT, NOTHING, Alt, AnyOrder, Grammar, Node, Ref, Repeat, Seq, alt, byteset, optional, seq, star,
 )
 from grammars.errors import InvalidSchemaError, SchemaNote, StateBudgetError, UnsupportedSchemaError
 from grammars.json_branches import branches_node
@@ -79,6 +78,7 @@ from grammars.json_refs import Resolver, check_drafts, draft_of, load_schema
 from grammars.json_typed import typed_node
 from grammars.json_values import ANY_RULE, Whitespace, WhitespacePolicy, any_value_rule
 from grammars.native import checkpoint
+from grammars.utf8 import codepoints
 
 try:
     import cython

@@ -28,11 +28,12 @@ from functools import lru_cache
 from typing import Iterable
 
 from grammars.ast import (
-    EMPTY, MAX_CODEPOINT, NOTHING, Alt, ByteSet, Node, Seq, alt, byteset, codepoints, literal, repeat, seq, star,
+    EMPTY, MAX_CODEPOINT, NOTHING, Alt, ByteSet, Node, Seq, alt, byteset, literal, repeat, seq, star,
 )
 from grammars.json_numbers import fixed_range
 from grammars.fragments import compact, share, trie_complement, word_trie
 from grammars.native import checkpoint
+from grammars.utf8 import codepoints
 
 __all__ = [
     "json_char", "ANY_CHAR", "ALL_CODEPOINTS", "string_literal", "key_literal", "string_not_in", "quoted",

@@ -72,7 +72,7 @@ from __future__ import annotations
 
 import gc
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Mapping
 
@@ -85,6 +85,7 @@ from grammars.fragments import (  # noqa: F401 - re-exported: the call edge kind
 )
 from grammars.lazy import _COLUMNS, LazyRules
 from grammars.need import INF, compute_need
+from grammars.nfa_preludes import Prelude, Preludes
 
 __all__ = ["NFA", "NFAArrays", "INF", "gc_paused", "share", "REG", "FREE", "ENTER", "HEAD", "INC", "SPLICE", "PICK",
            "CHECK", "LEAVE", "COUNT", "CLEAR", "GATE", "TICK", "EXIT", "UNROLL_LIMIT", "SUBROUTINE_MIN"]
@@ -144,61 +145,11 @@ def _per_state(ptr: np.ndarray, items: list) -> list[tuple]:
     return [tuple(items[lo:hi]) if hi > lo else () for lo, hi in zip(bounds, bounds[1:])]
 
 
-@dataclass(eq=False)
-class _Prelude:
-    """A rule common to many grammars (JSON's any value), built once per process
-    with its subroutines, as the first states of an NFA: rule 1 and its
-    subroutines 2, 3, ... (rule 0, the start rule, comes after it). An NFA
-    whose grammar names it in ``info["prelude"]`` starts from copies of these
-    columns and tables instead of building the rule again: list copies, not a
-    Python step per edge (about 190 of the 260 us an open object's NFA took).
-    A lazy NFA (the compiled DFA's) does not even copy it at compile: rule 1 is
-    a lazy rule whose body is these columns, renumbered and appended when the
-    DFA first reaches a call to it (`_defer_prelude`): an open object's extra
-    member, whose value may be any JSON value, is the usual caller, and the
-    first mask (before `{`) never is. That took the median dev schema's compile
-    plus first mask from 1.44-1.64 to 1.24-1.46 ms in a server-like loop.
-
-    `cols` is empty when the rule calls a rule other than itself, which a
-    prelude cannot hold (those rules' numbers differ between grammars).
-    """
-
-    node: Node                       # kept alive: preludes are found by id(node)
-    names: list[str]                 # rule names, index 0 a placeholder for the start rule
-    count: int = 0
-    cols: tuple[list[int], ...] = ()
-    mask_id: dict[int, int] = field(default_factory=dict)
-    starts: list[int] = field(default_factory=list)
-    ends: list[int] = field(default_factory=list)
-    subs: dict[int, int] = field(default_factory=dict)
-    frags: dict[int, tuple[int, ...]] = field(default_factory=dict)
-    dead: bool = False
-    tables: tuple[np.ndarray, ...] = ()   # `cols` as `NFA._columns` gives them, converted once
-    frag_nodes: list[Node] = field(default_factory=list)
-
-    @classmethod
-    def make(cls, name: str, node: Node) -> _Prelude:
-        b = NFA.__new__(NFA)
-        with gc_paused():
-            b._setup(["", name], {})
-            try:
-                b.rule_start[1] = start = b._new()
-                b.rule_end[1] = b._build(node, start)
-                b._build_pending()
-            except KeyError:                 # it calls another rule
-                return cls(node, [])
-        if 0 in b._call_rule:
-            return cls(node, [])
-        return cls(node, b.rule_names, b._count, tuple(list(c) for c in b._builder_columns()), dict(b._mask_id),
-                   b.rule_start, b.rule_end, dict(b._subs), dict(b._frags), b._dead, b._columns(), b._frag_nodes)
-
-
-_PRELUDES: dict[int, _Prelude] = {}
 # the columns of `NFA._columns` by table: epsilon, byte and call edges
 _GROUPS = ((0, 2), (2, 5), (5, 12))
 
 
-class NFA(LazyRules, FragmentBuilder):
+class NFA(LazyRules, Preludes, FragmentBuilder):
     """Byte-level NFA of a grammar; rule 0 is the start rule.
 
     Edges are kept as numpy CSR arrays (`arrays`); per-state adjacency as
@@ -320,80 +271,7 @@ class NFA(LazyRules, FragmentBuilder):
         self._free_memo: dict[int, bool] = {}        # see `fragments._ends_free`
         self._built_labels: list[int] = []           # ids of the labeled nodes built (`_forget_built`)
         self._built_tries: list[int] = []            # ids of the key complements built
-        self._lazy_prelude: _Prelude | None = None   # the prelude whose rule (1) waits to be built, if any
-
-    # -- preludes -------------------------------------------------------------
-
-    def _prelude(self, grammar: Grammar) -> _Prelude | None:
-        """The prelude of the rule named by ``grammar.info["prelude"]``, made on first use (None: none)."""
-        name = grammar.info.get("prelude")
-        if (name is None or name == grammar.start or not self.preludes or not self.replay or not self.subroutines
-                or not self.minimal_dfas):
-            return None
-        node = grammar.rules[name]
-        p = _PRELUDES.get(id(node))
-        if p is None or p.node is not node:
-            if len(_PRELUDES) >= 64:
-                _PRELUDES.clear()
-            p = _PRELUDES[id(node)] = _Prelude.make(name, node)
-        return p if p.cols else None
-
-    def _resume(self, p: _Prelude) -> None:
-        """Start from prelude `p`: its states, edges and tables, as if just built here."""
-        self._count = p.count
-        for col, values in zip(self._builder_columns(), p.cols):
-            col.extend(values)
-        self._mask_id.update(p.mask_id)
-        self._frags.update(p.frags)
-        self._frag_nodes.extend(p.frag_nodes)
-        self._subs.update(p.subs)
-        self._dead = p.dead
-        self._head_tables = p.tables
-        k = len(p.names)
-        self.rule_start[1:k] = p.starts[1:]
-        self.rule_end[1:k] = p.ends[1:]
-
-    def _defer_prelude(self, p: _Prelude) -> None:
-        """Make prelude `p`'s rule (1) a lazy rule: its states are appended by `_append_prelude`
-        when the DFA first reaches a call to it. An open object's extra members call it, and
-        most documents never have one: copied in at compile, its ~300 states were a third of
-        the median schema's NFA build and made the DFA's per-NFA-state arrays that much larger."""
-        self._lazy[1] = p.node
-        self._lazy_prelude = p
-        # its masks first, with the ids they have in it: the byte classes are split by them from
-        # the start (no reclassifying of the DFA's rows when it is built) and its mask column is
-        # appended as it is
-        self._mask_id.update(p.mask_id)           # (none registered before it: the same ids)
-
-    def _append_prelude(self) -> tuple[int, int]:
-        """The deferred prelude's states and edges, appended (renumbered past what is built)
-        with its subroutines as new rules; returns rule 1's (start, end)."""
-        p = self._lazy_prelude
-        self._lazy_prelude = None
-        d = self._count
-        self._count += p.count
-        first = len(self.rule_start)
-        rules = [-1, 1, *range(first, first + len(p.names) - 2)]     # the prelude's rule numbers -> ours
-        for r in range(2, len(p.names)):
-            self.rule_names.append(f"sub:{rules[r]}")
-            self.rule_start.append(p.starts[r] + d)
-            self.rule_end.append(p.ends[r] + d)
-        eps_src, eps_dst, byte_src, byte_mask, byte_dst, call_src, call_rule, call_dst, call_op, call_to, \
-            call_lo, call_hi = p.cols
-        self._eps_src.extend([a + d for a in eps_src])
-        self._eps_dst.extend([b + d for b in eps_dst])
-        self._byte_src.extend([a + d for a in byte_src])
-        self._byte_dst.extend([b + d for b in byte_dst])
-        self._byte_mask.extend(byte_mask)           # (its masks have their ids: `_defer_prelude`)
-        self._call_src.extend([a + d for a in call_src])
-        self._call_rule.extend([rules[r] if r >= 0 else r for r in call_rule])
-        self._call_dst.extend([b + d for b in call_dst])
-        self._call_op.extend(call_op)
-        self._call_to.extend([t + d if t >= 0 else t for t in call_to])
-        self._call_lo.extend(call_lo)
-        self._call_hi.extend(call_hi)
-        self._dead = self._dead or p.dead
-        return p.starts[1] + d, p.ends[1] + d
+        self._lazy_prelude: Prelude | None = None   # the prelude whose rule (1) waits to be built, if any
 
     def _builder_columns(self) -> tuple[list[int], ...]:
         return (self._eps_src, self._eps_dst, self._byte_src, self._byte_mask, self._byte_dst, self._call_src,

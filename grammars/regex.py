@@ -42,13 +42,14 @@ from typing import Callable
 
 from grammars import charsets as cs
 from grammars.anchor_marks import END, START, resolve_marks
-from grammars.ast import EMPTY, NOTHING, ByteSet, Grammar, Node, alt, codepoints, repeat, seq, star
+from grammars.ast import EMPTY, NOTHING, ByteSet, Grammar, Node, alt, repeat, seq, star
 from grammars.deep import deep_call
 from grammars.errors import RegexSyntaxError, UnsupportedRegexError
 from grammars.native import checkpoint
 from grammars.nfa import gc_paused
 from grammars.regex_first import ANYTHING, ATOMIC, POSSESSIVE, combine_flags, first, first_of_follow
 from grammars.trie import is_word_list, trie_alt, word_list
+from grammars.utf8 import codepoints
 
 try:  # Python >= 3.11
     import re._constants as _c

@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 from grammars.ast import (
-    EMPTY, NOTHING, Alt, ByteSet, Grammar, Node, Ref, Repeat, Seq, alt, byte_range, byteset,
-    codepoints, literal, optional, plus, repeat, seq, star, utf8_sequences,
+    EMPTY, NOTHING, Alt, ByteSet, Grammar, Node, Ref, Repeat, Seq, alt, byte_range, byteset, literal, optional,
+    plus, repeat, seq, star,
 )
 from grammars.dfa import DEAD, UNEXPANDED, LazyDFA, compile_dfa
 from grammars.errors import StateBudgetError
 from grammars.regex import regex_grammar
+from grammars.utf8 import codepoints, utf8_sequences
 
 
 def json_like() -> Grammar:

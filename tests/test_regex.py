@@ -10,10 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from grammars.ast import Grammar, codepoints, literal, seq
+from grammars.ast import Grammar, literal, seq
 from grammars.dfa import LazyDFA
 from grammars.errors import RegexSyntaxError, UnsupportedRegexError
 from grammars.regex import regex_grammar, regex_node
+from grammars.utf8 import codepoints
 
 _DFAS: dict[tuple[str, int], LazyDFA] = {}
 
