@@ -9,7 +9,10 @@ matter, not absolute tokens/s). Loops (the ``engine`` field):
   `constrained.mlx_processor` (``schema``), and with each peer's own MLX
   integration (``schema_xgrammar``: its contrib/mlxlm.py processor with its
   plain-``mx`` bitmask kernel; outlines-core and llguidance ship only Metal
-  kernels, so here they print a ``skipped`` line with the error they raise);
+  kernels, so here they print a ``skipped`` line with the error they raise),
+  and ``read_id``: a processor that only reads the newest token id and masks
+  nothing, the least any processor pays whose next mask depends on that id
+  (it waits for the step in flight, which ends mlx-lm's one-step pipelining);
 - ``constrained``: `constrained.generate` on the `MLXLM` backend (our loop,
   with forced-token fast-forward): no constraint vs a JSON schema vs a regex,
   at batch 1 and ``n = batch`` samples of one prompt.
@@ -84,7 +87,7 @@ def _report(engine: str, batch: int, results: dict[str, dict[str, Any]], check: 
         _emit(engine=engine, batch=batch, constraint=name, tokens=tok, seconds=round(r["wall"], 4),
               tok_per_s=round(tok / r["wall"], 1), ratio=round(tok / r["wall"] / (base_tok / base["wall"]), 3),
               cpu_ratio=round(tok / r["cpu"] / (base_tok / base["cpu"]), 3),
-              prefix_ok=None if name == "none" else check(name, r["rows"]), **extra)
+              prefix_ok=None if name in ("none", "read_id") else check(name, r["rows"]), **extra)
 
 
 def _prefix_checker(tok: Any) -> Callable[[str, Rows], bool]:
@@ -255,6 +258,14 @@ def _batch_runner(model: Any, prompt: list[int], make: Callable[[], Any] | None,
     return fn
 
 
+class _ReadNewestId:
+    """An mlx-lm processor that reads the newest token id and returns the logits unchanged (``read_id``)."""
+
+    def __call__(self, tokens: Any, logits: Any) -> Any:
+        tokens[-1].item()
+        return logits
+
+
 def bench_mlx_lm(model: Any, tok: Any, batch: int, tokens: int, reps: int,
                  skipped: Callable[[str, str], None], peers: bool = True) -> dict[str, dict[str, Any]]:
     """mlx-lm's loop (generate_step at batch 1, BatchGenerator above): none vs ours vs the peers."""
@@ -263,7 +274,7 @@ def bench_mlx_lm(model: Any, tok: Any, batch: int, tokens: int, reps: int,
     prompt = tok.encode(PROMPT)
     vocab_size = int(model.model.embed_tokens.weight.shape[0])
     makers: dict[str, Callable[[], Any] | None] = {
-        "none": None, "schema": lambda: mlx_processor(SCHEMA, tok, whitespace="compact")}
+        "none": None, "read_id": _ReadNewestId, "schema": lambda: mlx_processor(SCHEMA, tok, whitespace="compact")}
     for name, factory in (_peer_processors(tok, vocab_size) if peers else {}).items():
         if isinstance(factory, str):
             skipped(f"schema_{name}", factory)
