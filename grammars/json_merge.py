@@ -28,7 +28,7 @@ from grammars.ecma import both_patterns
 from grammars.errors import StateBudgetError, UnsupportedSchemaError
 from grammars.json_values import json_equal, json_key
 
-__all__ = ["Merger", "LACKS", "lacking", "normalize", "TYPES", "ANNOTATIONS", "UNEVALUATED"]
+__all__ = ["Merger", "LACKS", "consts_as_enums", "lacking", "normalize", "TYPES", "ANNOTATIONS", "UNEVALUATED"]
 
 TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
 ANNOTATIONS = frozenset({
@@ -68,6 +68,34 @@ def lacking(s: dict, draft: int) -> dict:
     if s.keys().isdisjoint(lacks):
         return s
     return {k: v for k, v in s.items() if k not in lacks}
+
+
+def consts_as_enums(s: Any) -> Any:
+    """`s` with each `const` (where no `enum` is beside it) written as a one-value `enum`, through
+    `not`, `anyOf`, `allOf`, `oneOf` and `if`/`then`/`else`.
+
+    For the value of a keyword the document's draft lacks and that is enforced (`propertyNames` in
+    draft 4): only later drafts read that value, so a `const` inside a negation there keeps its
+    meaning, instead of being dropped as the draft's own negations drop it (`lacking`): draft 4's
+    `"propertyNames": {"not": {"const": "a"}}` admits every name but "a", not none.
+
+    Example:
+        >>> consts_as_enums({"not": {"const": "a"}, "anyOf": [{"const": 1}, {"type": "string"}]})
+        {'not': {'enum': ['a']}, 'anyOf': [{'enum': [1]}, {'type': 'string'}]}
+    """
+    if not isinstance(s, dict):
+        return s
+    out = {}
+    for key, value in s.items():
+        if key == "const" and "enum" not in s:
+            out["enum"] = [value]
+        elif key in ("not", "if", "then", "else"):
+            out[key] = consts_as_enums(value)
+        elif key in ("anyOf", "allOf", "oneOf") and isinstance(value, list):
+            out[key] = [consts_as_enums(v) for v in value]
+        else:
+            out[key] = value
+    return out
 
 
 def normalize(s: dict, draft: int, negated: bool = False) -> dict:

@@ -39,6 +39,7 @@ from grammars.json_checks import dependent_names
 from grammars.json_string_sets import difference
 from grammars.json_strings import any_string_body, key_literal, quoted, string_literal, string_not_in
 from grammars.json_length import expanded_size
+from grammars.json_merge import consts_as_enums
 from grammars.json_patterns import pattern_body, pattern_matches, pattern_universal
 from grammars.json_values import counted, union, unit
 
@@ -64,6 +65,8 @@ def object_node(c: "Compiler", s: dict, path: str, base: str) -> Node:
     if extra is True:          # a pattern allowing every value then changes nothing: the names it
         patterns = {p: v for p, v in patterns.items() if v is not True and v != {}}   # misses allow any
     names_schema = s.get("propertyNames", True)
+    if c.draft == 4 and names_schema is not True:      # a draft-4 document: only later drafts read it
+        names_schema = consts_as_enums(names_schema)
     names = list(props) + [r for r in required if r not in props]
     requires, forbids = dependencies(s, path) if _DEPENDENCY_KEYS & s.keys() else ({}, {})
     for name in dependency_names(requires, forbids) if requires or forbids else ():

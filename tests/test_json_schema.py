@@ -501,6 +501,12 @@ LATER_DRAFT_CASES = [
      [("[1]", True), ("[0, 1]", True), ("[]", False), ("[1, 1]", False)]),
     ({"$schema": D7, "not": {"type": "object", "dependentRequired": {"a": ["b"]}}},
      [("1", True), ("{}", False), ('{"a": 1}', False)]),
+    # only later drafts read a `propertyNames`: the `const` inside its `not` keeps its meaning (it admitted
+    # no name at all, stricter than either draft: `bench.mutations` seeds 22 and 61)
+    ({"$schema": D4, "type": "object", "properties": {"a": {}, "b": {}}, "propertyNames": {"not": {"const": "a"}}},
+     [('{"b": 1}', True), ('{"c": 1}', True), ("{}", True), ('{"a": 1}', False), ('{"b": 1, "a": 2}', False)]),
+    ({"$schema": D4, "propertyNames": {"anyOf": [{"const": "x"}, {"not": {"const": "y"}}]}},
+     [('{"x": 1}', True), ('{"z": 1}', True), ('{"y": 1}', False)]),
 ]
 
 
