@@ -50,8 +50,9 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 # work can grow with the input; the rest of the package (word tries, Python DFA, minimizer)
 # stays Python (compiling the Python DFA too gained nothing measurable; `trie` counts on
 # RecursionError, which compiled code never raises).
-MODULES = ("ast", "utf8", "fragments", "lazy", "nfa", "nfa_preludes", "json_schema", "json_branches", "json_typed",
-           "json_number_keywords", "json_string_keywords", "json_patterns", "json_objects", "json_any_order",
+MODULES = ("ast", "utf8", "fragments", "lazy", "nfa", "nfa_arrays", "nfa_preludes", "json_schema", "json_branches",
+           "json_typed", "json_number_keywords", "json_string_keywords", "json_patterns", "json_objects",
+           "json_any_order",
            "json_arrays", "json_strings", "json_values", "json_checks", "json_merge", "json_negation",
            "json_disjoint", "json_refs", "json_numbers", "json_length", "json_formats", "json_doubles",
            "json_string_sets", "regex", "regex_first", "ecma", "charsets", "anchor_marks")

@@ -72,7 +72,6 @@ from __future__ import annotations
 
 import gc
 import struct
-from dataclasses import dataclass
 from functools import cached_property
 from typing import Mapping
 
@@ -85,9 +84,10 @@ from grammars.fragments import (  # noqa: F401 - re-exported: the call edge kind
 )
 from grammars.lazy import _COLUMNS, LazyRules
 from grammars.need import INF, compute_need
+from grammars.nfa_arrays import NFAArrays, per_state
 from grammars.nfa_preludes import Prelude, Preludes
 
-__all__ = ["NFA", "NFAArrays", "INF", "gc_paused", "share", "REG", "FREE", "ENTER", "HEAD", "INC", "SPLICE", "PICK",
+__all__ = ["NFA", "INF", "gc_paused", "share", "REG", "FREE", "ENTER", "HEAD", "INC", "SPLICE", "PICK",
            "CHECK", "LEAVE", "COUNT", "CLEAR", "GATE", "TICK", "EXIT", "UNROLL_LIMIT", "SUBROUTINE_MIN"]
 
 
@@ -106,43 +106,6 @@ class gc_paused:  # noqa: N801 - used as a function: ``with gc_paused():``
     def __exit__(self, *exc: object) -> None:
         if self._was:
             gc.enable()
-
-
-@dataclass(frozen=True, eq=False)
-class NFAArrays:
-    """An NFA's edges grouped per source state (CSR, in insertion order).
-
-    Attributes:
-        eps_ptr, eps_dst: epsilon edges of state s are eps_dst[eps_ptr[s]:eps_ptr[s + 1]].
-        edge_ptr, edge_dst, edge_mask: byte edges; `edge_mask` indexes `masks`.
-        masks: the distinct byte masks, in order of first use: a lazy body's new masks
-            come after the others, whose ids stay.
-        call_ptr, call_rule, call_dst: call edges (rule index or -1, return or exit state).
-        call_op, call_to, call_lo, call_hi: per call edge its kind (`REG` ... `CLEAR`),
-            the state it goes to (a rule's start, a loop head or body), and a
-            counter loop's bounds (hi -1: unbounded) or an `AnyOrder` edge's
-            operands (see `grammars.fragments`).
-    """
-
-    eps_ptr: np.ndarray
-    eps_dst: np.ndarray
-    edge_ptr: np.ndarray
-    edge_dst: np.ndarray
-    edge_mask: np.ndarray
-    masks: tuple[int, ...]
-    call_ptr: np.ndarray
-    call_rule: np.ndarray
-    call_dst: np.ndarray
-    call_op: np.ndarray
-    call_to: np.ndarray
-    call_lo: np.ndarray
-    call_hi: np.ndarray
-
-
-def _per_state(ptr: np.ndarray, items: list) -> list[tuple]:
-    """Split `items` into one tuple per state (the shared empty tuple where none)."""
-    bounds = ptr.tolist()
-    return [tuple(items[lo:hi]) if hi > lo else () for lo, hi in zip(bounds, bounds[1:])]
 
 
 # the columns of `NFA._columns` by table: epsilon, byte and call edges
@@ -399,19 +362,19 @@ class NFA(LazyRules, Preludes, FragmentBuilder):
     @cached_property
     def eps(self) -> list[tuple[int, ...]]:
         a = self.arrays
-        return _per_state(a.eps_ptr, a.eps_dst.tolist())
+        return per_state(a.eps_ptr, a.eps_dst.tolist())
 
     @cached_property
     def edges(self) -> list[tuple[tuple[int, int], ...]]:
         a = self.arrays
         masks = a.masks
-        return _per_state(a.edge_ptr, [(masks[m], t) for m, t in zip(a.edge_mask.tolist(), a.edge_dst.tolist())])
+        return per_state(a.edge_ptr, [(masks[m], t) for m, t in zip(a.edge_mask.tolist(), a.edge_dst.tolist())])
 
     @cached_property
     def calls(self) -> list[tuple[tuple[int, int, int, int, int], ...]]:
         """Per state, its call edges as (op, to, dst, lo, hi) (see `REG` ... `INC`)."""
         a = self.arrays
-        return _per_state(a.call_ptr, list(zip(a.call_op.tolist(), a.call_to.tolist(), a.call_dst.tolist(),
+        return per_state(a.call_ptr, list(zip(a.call_op.tolist(), a.call_to.tolist(), a.call_dst.tolist(),
                                                a.call_lo.tolist(), a.call_hi.tolist())))
 
     @property
